@@ -1,0 +1,40 @@
+"""Sessions for tests, lint and benchmarks: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``."""
+
+from __future__ import annotations
+
+import nox
+
+PROJECT = nox.project.load_toml()
+PYTHONS = ["3.11", "3.13"]  # the oldest and newest Pythons we support (anndata 0.12 / 0.13)
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests"]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest options after ``--``)."""
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))
+    session.run("pytest", "-n", "auto", *session.posargs)
+
+
+@nox.session(python=PYTHONS[-1])
+def tests_nojit(session: nox.Session) -> None:
+    """Run the codec tests with numba's JIT off, so that coverage sees the kernels."""
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))
+    session.run("pytest", "tests/codec", *session.posargs, env={"NUMBA_DISABLE_JIT": "1"})
+
+
+@nox.session(python=PYTHONS[-1])
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def bench(session: nox.Session) -> None:
+    """Run the benchmark scripts (timings are printed, never asserted)."""
+    session.install("-e.")
+    session.run("python", "benchmarks/bench_decode.py", *session.posargs)

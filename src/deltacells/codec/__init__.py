@@ -1,0 +1,6 @@
+"""The tile codec: one tile's bytes to CSR arrays and back (FORMAT.md, "Tile layout")."""
+
+from deltacells.codec._decode import DecodedTile, decode_tile
+from deltacells.codec._encode import ExceptionPolicyError, chunk_boundaries, encode_tile
+
+__all__ = ["DecodedTile", "ExceptionPolicyError", "chunk_boundaries", "decode_tile", "encode_tile"]

@@ -1,0 +1,265 @@
+"""``decode_tile``: bytes of one tile to its CSR arrays, checked against every rule of the spec."""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deltacells._threads import default_threads, shared_pool
+from deltacells.codec import _kernels
+from deltacells.codec._frames import decompress_frame, frame_content_size
+from deltacells.codec._layout import (
+    CELL_HI,
+    CELL_LO,
+    GAPS_LEN,
+    GAPS_OFF,
+    GEXC_LEN,
+    GEXC_OFF,
+    HEADER_SIZE,
+    NNZ_HI,
+    NNZ_LO,
+    VALS_LEN,
+    VALS_OFF,
+    VEXC_LEN,
+    VEXC_OFF,
+    TileHeader,
+    check_chunk_table,
+    read_chunk_table,
+)
+from deltacells.errors import FormatError, UnsupportedPlatformError
+
+if TYPE_CHECKING:
+    from scipy import sparse
+
+#: Byte order of this host; a module attribute so that tests can simulate a big-endian machine.
+HOST_BYTEORDER = sys.byteorder
+
+#: Below this many nonzeros a tile's chunks decode on the calling thread (threads cost more than they save).
+_PARALLEL_MIN_NNZ = 200_000
+
+_KERNEL_ERRORS = {
+    _kernels.GENE_OUT_OF_RANGE: "a decoded gene index reaches n_genes",
+    _kernels.GENES_NOT_INCREASING: "a gap of 0 after a cell's first nonzero (gene indices must increase)",
+    _kernels.ZERO_COUNT: "a stored count of 0 (counts are >= 1; zeros are never stored)",
+    _kernels.POSITION_OUT_OF_RANGE: "an exception position is not below the chunk's nonzero count",
+    _kernels.POSITIONS_NOT_INCREASING: "exception positions are not strictly increasing",
+    _kernels.PAYLOAD_OUT_OF_RANGE: "an exception payload is out of range",
+    _kernels.STORED_NOT_ESCAPED: "an exception points at a stored value other than 65535",
+}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodedTile:
+    """The cells of one tile as CSR arrays.
+
+    Attributes
+    ----------
+    indptr
+        ``int64[n_cells + 1]`` row pointers.
+    indices
+        ``int32[nnz]`` gene (column) indices, increasing within each cell.
+    data
+        ``int32[nnz]`` counts, all ``>= 1``.
+    n_genes
+        Number of columns.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    n_genes: int
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells (rows)."""
+        return self.indptr.shape[0] - 1
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored nonzeros."""
+        return self.indices.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_cells, n_genes)``."""
+        return (self.n_cells, self.n_genes)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the three arrays."""
+        return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+    def to_csr(self, dtype: np.dtype | type = np.float32) -> sparse.csr_matrix:
+        """Return the tile as a :class:`scipy.sparse.csr_matrix` with values of ``dtype``."""
+        from scipy import sparse
+
+        return sparse.csr_matrix(
+            (self.data.astype(dtype, copy=False), self.indices, self.indptr), shape=self.shape, copy=False
+        )
+
+
+def require_little_endian() -> None:
+    """Refuse to decode on a big-endian host, as FORMAT.md requires."""
+    if HOST_BYTEORDER != "little":
+        msg = f"deltacells tiles are little-endian and cannot be read on a {HOST_BYTEORDER}-endian host"
+        raise UnsupportedPlatformError(msg)
+
+
+def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", threads: int | None = None) -> DecodedTile:
+    """Decode one tile.
+
+    Every rule of FORMAT.md is checked (header, CRC-32, chunk table, indptr, frame
+    sizes, exception frames, gene range, counts ``>= 1``); nothing is allocated on
+    the strength of a header field before the object is known to be large enough
+    to justify it.
+
+    Parameters
+    ----------
+    blob
+        The whole tile object.
+    name
+        How to call the object in error messages (e.g. its path).
+    threads
+        Threads that decode the chunks; ``None`` uses the shared pool for large
+        tiles, ``1`` decodes on the calling thread.
+
+    Returns
+    -------
+    DecodedTile
+        ``indptr`` (int64), ``indices`` (int32), ``data`` (int32), ``n_genes``.
+
+    Raises
+    ------
+    FormatError
+        If the bytes break any rule of the format; the message names ``name`` and
+        the field at fault.
+
+    Examples
+    --------
+    >>> import numpy as np, deltacells
+    >>> blob = deltacells.encode_tile(np.array([0, 2, 2, 3]), np.array([1, 4, 0]), np.array([5, 1, 70000]), n_genes=6)
+    >>> tile = deltacells.decode_tile(blob)
+    >>> tile.shape, tile.data.tolist()
+    ((3, 6), [5, 1, 70000])
+    """
+    require_little_endian()
+    view = memoryview(blob).cast("B")
+    header = TileHeader.unpack(view, name=name)
+    crc = zlib.crc32(view[HEADER_SIZE:])
+    if crc != header.crc32:
+        msg = f"{name}: CRC-32 of the payload is {crc:#010x}, the header field crc32 says {header.crc32:#010x}"
+        raise FormatError(msg)
+    indptr = np.frombuffer(view, dtype="<i8", count=header.n_cells + 1, offset=header.indptr_off)
+    _check_indptr(indptr, header, name)
+    table = read_chunk_table(view, header)
+    check_chunk_table(table, indptr, header, name=name)
+    _check_frame_sizes(view, table, name)
+
+    indices = np.empty(header.nnz, dtype=np.int32)
+    data = np.empty(header.nnz, dtype=np.int32)
+    work = [
+        (view, table[c], indptr, header.n_genes, indices, data, f"{name}: chunk {c}") for c in range(header.n_chunks)
+    ]
+    n_threads = default_threads() if threads is None else threads
+    if n_threads > 1 and header.n_chunks > 1 and header.nnz >= _PARALLEL_MIN_NNZ:
+        for future in [shared_pool().submit(_decode_chunk, *args) for args in work]:
+            future.result()
+    else:
+        for args in work:
+            _decode_chunk(*args)
+    return DecodedTile(indptr=indptr.astype(np.int64, copy=True), indices=indices, data=data, n_genes=header.n_genes)
+
+
+def _check_indptr(indptr: np.ndarray, header: TileHeader, name: str) -> None:
+    if indptr[0] != 0:
+        msg = f"{name}: indptr[0] is {indptr[0]}, must be 0"
+        raise FormatError(msg)
+    if header.nnz >= 2**63 or indptr[-1] != header.nnz:
+        msg = f"{name}: indptr[n_cells] is {indptr[-1]} but the header field nnz is {header.nnz}"
+        raise FormatError(msg)
+    decreasing = np.flatnonzero(indptr[1:] < indptr[:-1])
+    if decreasing.size:
+        i = int(decreasing[0])
+        msg = f"{name}: indptr decreases at cell {i} ({indptr[i]} -> {indptr[i + 1]}); it must be non-decreasing"
+        raise FormatError(msg)
+
+
+def _check_frame_sizes(view: memoryview, table: np.ndarray, name: str) -> None:
+    """Check every frame's declared size before any output is allocated."""
+    for c in range(table.shape[0]):
+        row = table[c]
+        n = int(row[NNZ_HI] - row[NNZ_LO])
+        for field, off, length in (("gaps", GAPS_OFF, GAPS_LEN), ("vals", VALS_OFF, VALS_LEN)):
+            where = f"{name}: chunk {c} {field} stream"
+            size = frame_content_size(_stream(view, row, off, length), where=where)
+            if size != 2 * n:
+                msg = f"{where}: the zstd frame declares {size} bytes, the format requires 2 * {n} = {2 * n}"
+                raise FormatError(msg)
+        for field, off, length in (("vexc", VEXC_OFF, VEXC_LEN), ("gexc", GEXC_OFF, GEXC_LEN)):
+            if row[length] == 0:
+                continue
+            where = f"{name}: chunk {c} {field} frame"
+            size = frame_content_size(_stream(view, row, off, length), where=where)
+            if size % 8 or size // 8 > n:
+                msg = f"{where}: declares {size} bytes; must be 8 * k with k <= {n} (the chunk's nonzeros)"
+                raise FormatError(msg)
+
+
+def _stream(view: memoryview, row: np.ndarray, off: int, length: int) -> memoryview:
+    start = int(row[off])
+    return view[start : start + int(row[length])]
+
+
+def _decode_chunk(
+    view: memoryview,
+    row: np.ndarray,
+    indptr: np.ndarray,
+    n_genes: int,
+    indices: np.ndarray,
+    data: np.ndarray,
+    where: str,
+) -> None:
+    cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
+    n = nnz_hi - nnz_lo
+    gaps = np.frombuffer(
+        decompress_frame(_stream(view, row, GAPS_OFF, GAPS_LEN), 2 * n, where=f"{where} gaps"), np.uint8
+    )
+    vals = np.frombuffer(
+        decompress_frame(_stream(view, row, VALS_OFF, VALS_LEN), 2 * n, where=f"{where} vals"), np.uint8
+    )
+    out_indices = indices[nnz_lo:nnz_hi]
+    out_data = data[nnz_lo:nnz_hi]
+    code, pos = _kernels.decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data)
+    _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
+    if row[VEXC_LEN]:
+        positions, payloads = _exception_arrays(view, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
+        code, pos = _kernels.apply_value_exceptions(positions, payloads, out_data)
+        _raise_kernel_error(code, pos, f"{where} vexc frame", "exception")
+    if row[GEXC_LEN]:
+        positions, payloads = _exception_arrays(view, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
+        code, pos = _kernels.apply_gap_exceptions(
+            positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
+        )
+        _raise_kernel_error(
+            code, pos, f"{where} gexc frame", "nonzero" if code == _kernels.GENE_OUT_OF_RANGE else "exception"
+        )
+
+
+def _exception_arrays(
+    view: memoryview, row: np.ndarray, off: int, length: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    frame = _stream(view, row, off, length)
+    size = frame_content_size(frame, where=where)
+    raw = np.frombuffer(decompress_frame(frame, size, where=where), dtype="<u4")
+    k = raw.shape[0] // 2
+    return raw[:k], raw[k:]
+
+
+def _raise_kernel_error(code: int, position: int, where: str, unit: str) -> None:
+    if code != _kernels.OK:
+        msg = f"{where}: {_KERNEL_ERRORS[code]} (at {unit} {position})"
+        raise FormatError(msg)

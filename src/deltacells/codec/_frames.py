@@ -1,0 +1,81 @@
+"""zstd frames as the format uses them: one frame per stream, content size required.
+
+Sizes are checked from the frame header before anything is decompressed, so a tile
+can never make the decoder allocate more than its own sizes justify.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zstandard
+
+from deltacells.errors import FormatError
+
+#: A zstd block decompresses to at most 128 KiB and takes at least 4 bytes (an RLE
+#: block), so no frame can expand by more than this factor (plus one block).
+_MAX_EXPANSION = 32768
+_MAX_BLOCK = 131072
+_NO_SIZE = (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR)
+
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+def frame_content_size(frame: memoryview, *, where: str) -> int:
+    """Return the content size declared in ``frame``'s header.
+
+    Raises
+    ------
+    FormatError
+        If ``frame`` is not a zstd frame, declares no content size, or declares more
+        than a frame of its length could possibly hold.
+    """
+    try:
+        params = zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as exc:
+        msg = f"{where}: not a zstd frame ({exc})"
+        raise FormatError(msg) from exc
+    size = params.content_size
+    if size in _NO_SIZE:
+        msg = f"{where}: the zstd frame does not declare its content size (required by the format)"
+        raise FormatError(msg)
+    if size > len(frame) * _MAX_EXPANSION + _MAX_BLOCK:
+        msg = f"{where}: the zstd frame claims {size} bytes, more than a {len(frame)}-byte frame can hold"
+        raise FormatError(msg)
+    return size
+
+
+def decompress_frame(frame: memoryview, expected_size: int, *, where: str) -> bytes:
+    """Decompress one whole frame that must fill ``frame`` exactly and give ``expected_size`` bytes.
+
+    The declared content size is checked first (see :func:`frame_content_size`).
+    """
+    size = frame_content_size(frame, where=where)
+    if size != expected_size:
+        msg = f"{where}: the zstd frame declares {size} bytes, the format requires {expected_size}"
+        raise FormatError(msg)
+    try:
+        out = _decompressor().decompress(frame, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        msg = f"{where}: zstd frame is corrupt or does not fill its stream exactly ({exc})"
+        raise FormatError(msg) from exc
+    if len(out) != expected_size:  # pragma: no cover - zstd enforces the declared size
+        msg = f"{where}: the zstd frame decompressed to {len(out)} bytes, the format requires {expected_size}"
+        raise FormatError(msg)
+    return out
+
+
+def compress_frame(data: bytes | memoryview, level: int) -> bytes:
+    """Compress ``data`` into one frame that carries its content size."""
+    cctx = getattr(_local, "cctx", None)
+    if cctx is None or _local.level != level:
+        cctx = _local.cctx = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=False)
+        _local.level = level
+    return cctx.compress(data)

@@ -1,0 +1,164 @@
+"""Numba kernels of the decoder: arrays in, arrays out, no I/O, no Python objects.
+
+Every kernel is compiled with ``nogil=True`` so that the chunks of a tile (and the
+tiles of a read) decode on several threads at once. Kernels report malformed input
+through an error code and a position instead of raising: the caller turns that into
+a :class:`~deltacells.FormatError` naming the tile, chunk and field.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: Error codes returned by the kernels.
+OK = 0
+GENE_OUT_OF_RANGE = 1
+GENES_NOT_INCREASING = 2
+ZERO_COUNT = 3
+POSITION_OUT_OF_RANGE = 4
+POSITIONS_NOT_INCREASING = 5
+PAYLOAD_OUT_OF_RANGE = 6
+STORED_NOT_ESCAPED = 7
+
+_jit = numba.njit(nogil=True, cache=True, boundscheck=False)
+
+
+@_jit
+def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data):  # pragma: no cover
+    """Decode one chunk's byte planes into gene indices and counts.
+
+    ``gaps`` and ``vals`` are the decompressed streams (``2 * n`` bytes each: the
+    ``n`` low bytes then the ``n`` high bytes). ``out_indices`` and ``out_data`` are
+    the chunk's slices of the tile's output arrays. Returns ``(code, position)``;
+    ``position`` is the nonzero within the chunk where a problem was found.
+
+    The checks accumulate branch-free in the hot loops (so that they vectorise);
+    only when one fails does a second pass look for where.
+    """
+    n = out_indices.shape[0]
+    gaps_low = gaps[:n]
+    gaps_high = gaps[n:]
+    bad_gap = False
+    too_far = False
+    for cell in range(cell_lo, cell_hi):
+        start = indptr[cell] - nnz_lo
+        stop = indptr[cell + 1] - nnz_lo
+        gene = np.int64(0)
+        for j in range(start, stop):
+            gap = np.int64(gaps_low[j]) | (np.int64(gaps_high[j]) << 8)
+            bad_gap |= (gap == 0) & (j > start)
+            gene += gap
+            out_indices[j] = gene
+        too_far |= gene >= n_genes
+    vals_low = vals[:n]
+    vals_high = vals[n:]
+    zero = False
+    for j in range(n):
+        value = np.int32(vals_low[j]) | (np.int32(vals_high[j]) << 8)
+        zero |= value == 0
+        out_data[j] = value
+    if bad_gap or too_far:
+        return _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes)
+    if zero:
+        for j in range(n):
+            if out_data[j] == 0:
+                return ZERO_COUNT, j
+    return OK, 0
+
+
+@_jit
+def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes):  # pragma: no cover
+    for cell in range(cell_lo, cell_hi):
+        start = indptr[cell] - nnz_lo
+        stop = indptr[cell + 1] - nnz_lo
+        gene = np.int64(0)
+        for j in range(start, stop):
+            gap = np.int64(gaps_low[j]) | (np.int64(gaps_high[j]) << 8)
+            if gap == 0 and j > start:
+                return GENES_NOT_INCREASING, j
+            gene += gap
+            if gene >= n_genes:
+                return GENE_OUT_OF_RANGE, j
+    return OK, 0
+
+
+@_jit
+def apply_value_exceptions(positions, payloads, out_data):  # pragma: no cover
+    """Replace the stored 65535 at each position by its true count (``vexc``).
+
+    Positions and payloads are all checked before anything is changed.
+    """
+    n = out_data.shape[0]
+    previous = np.int64(-1)
+    for e in range(positions.shape[0]):
+        pos = np.int64(positions[e])
+        if pos >= n:
+            return POSITION_OUT_OF_RANGE, e
+        if pos <= previous:
+            return POSITIONS_NOT_INCREASING, e
+        previous = pos
+        payload = np.int64(payloads[e])
+        if payload < 65536 or payload > 2147483647:
+            return PAYLOAD_OUT_OF_RANGE, e
+    for e in range(positions.shape[0]):
+        if out_data[positions[e]] != 65535:
+            return STORED_NOT_ESCAPED, e
+    for e in range(positions.shape[0]):
+        out_data[positions[e]] = payloads[e]
+    return OK, 0
+
+
+@_jit
+def apply_gap_exceptions(
+    positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
+):  # pragma: no cover
+    """Add each ``gexc`` payload to its nonzero and to every later nonzero of the same cell.
+
+    One pass over the nonzeros from the first exception on: the running addition
+    resets at each cell boundary, so the cost is linear whatever the input.
+    """
+    n = out_indices.shape[0]
+    k = positions.shape[0]
+    previous = np.int64(-1)
+    for e in range(k):
+        pos = np.int64(positions[e])
+        if pos >= n:
+            return POSITION_OUT_OF_RANGE, e
+        if pos <= previous:
+            return POSITIONS_NOT_INCREASING, e
+        previous = pos
+        payload = np.int64(payloads[e])
+        if payload < 1 or payload > n_genes - 1:
+            return PAYLOAD_OUT_OF_RANGE, e
+    if k == 0:
+        return OK, 0
+    e = 0
+    # Find the cell of the first exception, then sweep forward.
+    cell = cell_lo
+    while cell < cell_hi and indptr[cell + 1] - nnz_lo <= np.int64(positions[0]):
+        cell += 1
+    while cell < cell_hi and e < k:
+        start = indptr[cell] - nnz_lo
+        stop = indptr[cell + 1] - nnz_lo
+        first = np.int64(positions[e])
+        if first >= stop:
+            cell += 1
+            continue
+        added = np.int64(0)
+        previous_sum = np.int64(0)
+        for j in range(start, stop):
+            prefix_sum = np.int64(out_indices[j])
+            stored_gap = prefix_sum - previous_sum if j > start else prefix_sum
+            previous_sum = prefix_sum
+            while e < k and np.int64(positions[e]) == j:
+                if stored_gap != 65535:
+                    return STORED_NOT_ESCAPED, e
+                added += np.int64(payloads[e])
+                e += 1
+            gene = prefix_sum + added
+            if gene >= n_genes:
+                return GENE_OUT_OF_RANGE, j
+            out_indices[j] = gene
+        cell += 1
+    return OK, 0
