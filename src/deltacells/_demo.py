@@ -72,9 +72,8 @@ def run_demo(
         dataset = open_dataset(path, tile_cache_bytes=0)
         t0 = time.perf_counter()
         dataset.read_rows(slice(0, 1))  # the first read loads the compiled numba kernels
-        echo(
-            f"warm-up     first read of one cell (loads the compiled kernels): {(time.perf_counter() - t0) * 1e3:.0f} ms"
-        )
+        t_warm = time.perf_counter() - t0
+        echo(f"warm-up     first read of one cell (loads the compiled kernels): {t_warm * 1e3:.0f} ms")
         dataset.tiles_decoded = 0
         t0 = time.perf_counter()
         back = dataset.read_rows(dtype=np.int32)

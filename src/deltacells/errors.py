@@ -58,9 +58,14 @@ def warn(message: str, category: type[Warning] = DeltaCellsWarning) -> None:
         The warning class; :class:`DeltaCellsWarning` by default.
     """
     import pathlib
+    import sys
 
     package_dir = str(pathlib.Path(__file__).parent)
-    warnings.warn(message, category, stacklevel=2, skip_file_prefixes=(package_dir,))
+    # warnings.warn(skip_file_prefixes=...) needs Python 3.12: count the package's frames instead.
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package_dir):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class MissingObjectError(FormatError, FileNotFoundError):

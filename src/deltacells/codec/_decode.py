@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 #: Byte order of this host; a module attribute so that tests can simulate a big-endian machine.
 HOST_BYTEORDER = sys.byteorder
 
+#: float32 represents every integer up to 2^24 exactly.
+FLOAT32_EXACT = 2**24
+
 #: Below this many nonzeros a tile's chunks decode on the calling thread (threads cost more than they save).
 _PARALLEL_MIN_NNZ = 200_000
 
@@ -66,12 +69,15 @@ class DecodedTile:
         ``int32[nnz]`` counts, all ``>= 1``.
     n_genes
         Number of columns.
+    inexact_in_float32
+        Whether some count is above 2^24, where float32 stops being exact.
     """
 
     indptr: np.ndarray
     indices: np.ndarray
     data: np.ndarray
     n_genes: int
+    inexact_in_float32: bool = False
 
     @property
     def n_cells(self) -> int:
@@ -166,12 +172,16 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     ]
     n_threads = default_threads() if threads is None else threads
     if n_threads > 1 and header.n_chunks > 1 and header.nnz >= _PARALLEL_MIN_NNZ:
-        for future in [shared_pool().submit(_decode_chunk, *args) for args in work]:
-            future.result()
+        large = [future.result() for future in [shared_pool().submit(_decode_chunk, *args) for args in work]]
     else:
-        for args in work:
-            _decode_chunk(*args)
-    return DecodedTile(indptr=indptr.astype(np.int64, copy=True), indices=indices, data=data, n_genes=header.n_genes)
+        large = [_decode_chunk(*args) for args in work]
+    return DecodedTile(
+        indptr=indptr.astype(np.int64, copy=True),
+        indices=indices,
+        data=data,
+        n_genes=header.n_genes,
+        inexact_in_float32=any(large),
+    )
 
 
 def _check_indptr(indptr: np.ndarray, header: TileHeader, name: str) -> None:
@@ -222,7 +232,8 @@ def _decode_chunk(
     indices: np.ndarray,
     data: np.ndarray,
     where: str,
-) -> None:
+) -> bool:
+    """Decode one chunk into its slices of ``indices`` and ``data``; return whether a count exceeds 2^24."""
     cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
     n = nnz_hi - nnz_lo
     gaps = np.frombuffer(
@@ -235,10 +246,12 @@ def _decode_chunk(
     out_data = data[nnz_lo:nnz_hi]
     code, pos = _kernels.decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data)
     _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
+    large = False
     if row[VEXC_LEN]:
         positions, payloads = _exception_arrays(view, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
         code, pos = _kernels.apply_value_exceptions(positions, payloads, out_data)
         _raise_kernel_error(code, pos, f"{where} vexc frame", "exception")
+        large = bool(payloads.size and payloads.max() > FLOAT32_EXACT)
     if row[GEXC_LEN]:
         positions, payloads = _exception_arrays(view, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
         code, pos = _kernels.apply_gap_exceptions(
@@ -247,6 +260,7 @@ def _decode_chunk(
         _raise_kernel_error(
             code, pos, f"{where} gexc frame", "nonzero" if code == _kernels.GENE_OUT_OF_RANGE else "exception"
         )
+    return large
 
 
 def _exception_arrays(

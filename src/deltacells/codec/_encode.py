@@ -40,6 +40,9 @@ def chunk_boundaries(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
     Every chunk holds at least one cell (DECISIONS.md 3). Returns ``int64[k + 1]``
     starting at 0 and ending at ``n_cells``.
     """
+    if n_chunks < 1:
+        msg = f"n_chunks must be at least 1, got {n_chunks}"
+        raise ValueError(msg)
     n_cells = indptr.shape[0] - 1
     k = min(n_chunks, n_cells)
     if k <= 0:
@@ -97,6 +100,9 @@ def encode_tile(
         If the arrays are not a valid count matrix as described above, or if the
         tile has more exceptions than the writer's policy allows (DECISIONS.md 7).
     """
+    if int(n_chunks) < 1:
+        msg = f"{name}: n_chunks must be at least 1, got {n_chunks}"
+        raise ValueError(msg)
     indptr, indices, data = _checked_arrays(indptr, indices, data, n_genes, name)
     n_cells = indptr.shape[0] - 1
     nnz = int(indptr[-1])
@@ -114,6 +120,10 @@ def encode_tile(
 
     bounds = chunk_boundaries(indptr, n_chunks)
     k = bounds.shape[0] - 1
+    chunk_nnz = np.diff(indptr[bounds])
+    if chunk_nnz.size and chunk_nnz.max() >= 2**32:
+        msg = f"{name}: a chunk would hold {chunk_nnz.max()} nonzeros (the format allows < 2^32); use more chunks"
+        raise ValueError(msg)
     jobs = [(gaps, data, int(indptr[bounds[c]]), int(indptr[bounds[c + 1]]), level) for c in range(k)]
     n_threads = default_threads() if threads is None else threads
     if n_threads > 1 and k > 1 and nnz >= _PARALLEL_MIN_NNZ:
@@ -165,7 +175,7 @@ def _checked_arrays(
         if arr.ndim != 1:
             msg = f"{name}: {label} must be one-dimensional, got shape {arr.shape}"
             raise ValueError(msg)
-        if arr.dtype.kind not in "iu" and not (label == "data" and arr.size == 0):
+        if arr.dtype.kind not in "iu" and arr.size:
             msg = f"{name}: {label} must have an integer dtype, got {arr.dtype} (convert counts to integers first)"
             raise TypeError(msg)
     if not 1 <= int(n_genes) <= MAX_GENES:

@@ -13,10 +13,11 @@ _HINT = "deltacells stores raw counts; pass the raw counts (e.g. layer='counts' 
 
 
 def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) -> sparse.csr_matrix:
-    """Return ``block`` as a canonical int32 CSR matrix of counts.
+    """Return ``block`` as a canonical int32 CSR matrix of counts, in arrays of its own.
 
     Canonical means: sorted indices, no duplicates (they are summed), no explicit
     zeros. Accepts scipy sparse matrices and arrays of any format and dense arrays.
+    The input is never modified, and the result shares no memory with it.
 
     Parameters
     ----------
@@ -30,11 +31,15 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
     Raises
     ------
     TypeError
-        For a dtype that cannot hold counts (complex, object, bool...).
+        For a dtype that cannot hold counts (complex, object, strings, bool...).
     ValueError
-        For non-integer, negative or too large values, naming the first offending
-        cell and gene.
+        For values that are not whole numbers in ``[0, 2^31 - 1]`` (naming the first
+        offending cell and gene) or a block of the wrong width.
     """
+    dtype = block.dtype if hasattr(block, "dtype") else np.asarray(block).dtype
+    if dtype.kind not in "iuf":
+        msg = f"counts must have an integer or float dtype, got {dtype}. {_HINT}."
+        raise TypeError(msg)
     if sparse.issparse(block):
         csr = sparse.csr_matrix(block)
     else:
@@ -46,31 +51,30 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
     if n_genes is not None and csr.shape[1] != n_genes:
         msg = f"a block of the count matrix has {csr.shape[1]} columns, expected {n_genes}"
         raise ValueError(msg)
-    kind = csr.dtype.kind
-    if kind not in "iuf":
-        msg = f"counts must have an integer or float dtype, got {csr.dtype}. {_HINT}."
-        raise TypeError(msg)
     if not csr.has_canonical_format:
         csr = csr.copy()
         csr.sum_duplicates()
     data = csr.data
-    if kind == "f":
-        bad = ~np.isfinite(data) | (data != np.floor(data))
-        if bad.any():
-            _raise_at(csr, int(np.flatnonzero(bad)[0]), first_row, "is not a whole number")
-    if data.size and (data.min() < 0 or data.max() > MAX_COUNT):
-        bad = (data < 0) | (data > MAX_COUNT)
-        _raise_at(csr, int(np.flatnonzero(bad)[0]), first_row, "is outside [0, 2^31 - 1]")
-    values = data.astype(np.int32)
-    if values.size and not values.all():
-        csr = sparse.csr_matrix((values, csr.indices, csr.indptr), shape=csr.shape)
-        csr.eliminate_zeros()
-        return csr
-    return sparse.csr_matrix((values, csr.indices, csr.indptr), shape=csr.shape, copy=False)
+    bad = (data < 0) | (data > MAX_COUNT)
+    if data.dtype.kind == "f":
+        bad |= ~np.isfinite(data) | (data != np.floor(data))
+    if bad.any():
+        _raise_at(csr, int(np.flatnonzero(bad)[0]), first_row)
+    result = sparse.csr_matrix(
+        (data.astype(np.int32), csr.indices.astype(np.int32), csr.indptr.astype(np.int64)), shape=csr.shape
+    )
+    if result.nnz and not result.data.all():
+        result.eliminate_zeros()
+    return result
 
 
-def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int, problem: str) -> None:
+def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int) -> None:
     row = int(np.searchsorted(csr.indptr, position, side="right")) - 1
     gene = int(csr.indices[position])
-    msg = f"the count of cell {first_row + row}, gene {gene} ({csr.data[position]!r}) {problem}. {_HINT}."
+    value = csr.data[position]
+    if not np.isfinite(value) or value != np.floor(value):
+        problem = "is not a whole number"
+    else:
+        problem = "is outside [0, 2^31 - 1]"
+    msg = f"the count of cell {first_row + row}, gene {gene} ({value!r}) {problem}. {_HINT}."
     raise ValueError(msg)

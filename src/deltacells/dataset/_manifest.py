@@ -114,7 +114,7 @@ class Manifest:
             msg = f"{where}: field format is {fmt!r}, expected {FORMAT_NAME!r} (not a deltacells dataset)"
             raise FormatError(msg)
         version = doc.get("version")
-        if version != FORMAT_VERSION or isinstance(version, bool):
+        if type(version) is not int or version != FORMAT_VERSION:
             msg = f"{where}: field version is {version!r}; this reader understands version {FORMAT_VERSION} only"
             raise FormatError(msg)
 

@@ -15,7 +15,7 @@ from deltacells.dataset._cache import TileCache
 from deltacells.dataset._gather import gather_rows
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._manifest import MANIFEST_NAME, Manifest, tile_path
-from deltacells.errors import DatasetNotFoundError, FormatError, MissingObjectError
+from deltacells.errors import DatasetNotFoundError, FormatError, MissingObjectError, warn
 from deltacells.storage import Store
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ class Dataset:
         self._limits = manifest.limits
         self._starts = manifest.starts
         self.tiles_decoded = 0
+        self._warned_precision = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.store, self.manifest.to_dict(), self._cache.max_bytes, self.threads))
@@ -257,10 +258,10 @@ class Dataset:
 
         if needed.shape[0] <= self._batch_size():
             return self._gather_direct(needed, order, bounds, local, n_out, dtype)
-        ascending = n_out < 2 or bool(np.all(rows[1:] >= rows[:-1]))
-        if ascending:
-            # Rows in tile order: fill the output tile by tile. Allocate what the needed tiles
-            # hold when the request covers most of them (then trim); else keep compact copies.
+        increasing = n_out < 2 or bool(np.all(rows[1:] > rows[:-1]))
+        if increasing:
+            # Rows in tile order, no repeats: the output holds at most what the needed tiles hold.
+            # When the request covers most of them, allocate that and fill tile by tile (then trim).
             capacity = int(self.manifest.tile_nnz[needed].sum())
             expected = float(
                 (self.manifest.tile_nnz[needed] * np.diff(bounds) / self.manifest.tile_cells[needed]).sum()
@@ -280,6 +281,8 @@ class Dataset:
     def _gather_direct(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
         """Few tiles: decode them all, then copy the rows straight into the output."""
         tiles = [tile for _, tile in self._tiles_for(needed)]
+        for tile in tiles:
+            self._check_precision(tile, dtype)
         lengths = np.zeros(n_out, dtype=np.int64)
         for k, tile in enumerate(tiles):
             slots = order[bounds[k] : bounds[k + 1]]
@@ -297,6 +300,7 @@ class Dataset:
         out_indptr = np.zeros(n_out + 1, dtype=np.int64)
         out_indices, out_data = _empty_output(capacity, dtype)
         for k, (_, tile) in enumerate(self._tiles_for(needed)):
+            self._check_precision(tile, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
             first = int(slots[0])
@@ -313,6 +317,7 @@ class Dataset:
         lengths = np.zeros(n_out, dtype=np.int64)
         parts = []
         for k, (_, tile) in enumerate(self._tiles_for(needed)):
+            self._check_precision(tile, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
             lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
@@ -322,6 +327,15 @@ class Dataset:
         for slots, loc, src_indptr, src_indices, src_data in parts:
             gather_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
+
+    def _check_precision(self, tile: DecodedTile, dtype: np.dtype) -> None:
+        """Warn once per dataset when float32 (or narrower) values cannot hold the counts exactly."""
+        if tile.inexact_in_float32 and dtype.kind == "f" and dtype.itemsize <= 4 and not self._warned_precision:
+            self._warned_precision = True
+            warn(
+                f"{self.store.url}: some counts are above 2^24 and are not exact as {dtype}; "
+                "read with dtype='int32', 'int64' or 'float64' to keep them exact"
+            )
 
     def _batch_size(self) -> int:
         n_threads = default_threads() if self.threads is None else self.threads
@@ -345,7 +359,7 @@ class Dataset:
         where = f"{self.store.url}/gene_order.npy"
         try:
             order = np.load(io.BytesIO(self.store.read("gene_order.npy")), allow_pickle=False)
-        except ValueError as exc:
+        except (ValueError, EOFError, OSError) as exc:
             msg = f"{where}: not a readable .npy array ({exc})"
             raise FormatError(msg) from exc
         n = self.n_genes

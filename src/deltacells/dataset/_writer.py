@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import sparse
 
 from deltacells._threads import default_threads
@@ -57,6 +58,15 @@ class TileWriter:
         ``None`` keeps the columns as they are (and writes no ``gene_order.npy``).
     var_names
         Gene names in *source* order, written to ``var_names.txt`` in output order.
+    obs
+        Per-cell table (one row per cell, in order), written as the obs sidecar at
+        :meth:`close` (see :func:`deltacells.obs.write_obs`).
+    var
+        Gene table in *source* order, written to ``var.parquet`` in output order.
+    obs_tiles_per_file
+        Tiles (parquet row groups) per obs shard.
+    max_categories
+        Categorical obs columns with more categories are stored as strings.
     metadata
         Free-form JSON object stored in the manifest.
     overwrite
@@ -77,6 +87,10 @@ class TileWriter:
         level: int = DEFAULT_LEVEL,
         gene_order: np.ndarray | None = None,
         var_names: list[str] | np.ndarray | None = None,
+        obs: pd.DataFrame | None = None,
+        var: pd.DataFrame | None = None,
+        obs_tiles_per_file: int = 1000,
+        max_categories: int = 20_000,
         metadata: dict[str, Any] | None = None,
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
@@ -103,8 +117,19 @@ class TileWriter:
             self._inverse = np.empty(self.n_genes, dtype=np.int32)
             self._inverse[self.gene_order] = np.arange(self.n_genes, dtype=np.int32)
         self.var_names = _check_var_names(var_names, self.n_genes)
+        if var is not None and var.shape[0] != self.n_genes:
+            msg = f"var has {var.shape[0]} rows for {self.n_genes} genes"
+            raise ValueError(msg)
+        self.obs = obs
+        self.var = var
+        if int(obs_tiles_per_file) < 1:
+            msg = f"obs_tiles_per_file must be at least 1, got {obs_tiles_per_file}"
+            raise ValueError(msg)
+        self.obs_tiles_per_file = int(obs_tiles_per_file)
+        self.max_categories = int(max_categories)
 
-        _prepare_output(self.store, overwrite=overwrite)
+        check_output(self.store, overwrite=overwrite)
+        clear_output(self.store)
         n_threads = default_threads() if threads is None else max(1, int(threads))
         self._pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="deltacells-write")
         self._max_in_flight = 2 * n_threads
@@ -112,10 +137,12 @@ class TileWriter:
         self._pending: list[sparse.csr_matrix] = []
         self._pending_rows = 0
         self._rows_written = 0
+        self._rows_received = 0
         self._tile_cells: list[int] = []
         self._tile_nnz: list[int] = []
         self._tile_bytes: list[int] = []
         self._closed = False
+        self._aborted = False
         self.manifest: Manifest | None = None
 
     # ------------------------------------------------------------------ context
@@ -133,8 +160,8 @@ class TileWriter:
 
     @property
     def n_cells(self) -> int:
-        """Rows received so far."""
-        return self._rows_written + self._pending_rows
+        """Rows received so far (written, being encoded, or waiting for their tile to fill)."""
+        return self._rows_received
 
     # ------------------------------------------------------------------ writing
 
@@ -154,11 +181,19 @@ class TileWriter:
             csr.sort_indices()
         self._pending.append(csr)
         self._pending_rows += csr.shape[0]
-        while self._pending_rows >= self.tile_size:
-            self._emit_tile(self.tile_size)
+        self._rows_received += csr.shape[0]
+        try:
+            while self._pending_rows >= self.tile_size:
+                self._emit_tile(self.tile_size)
+        except BaseException:
+            # A tile failed to encode or store: the dataset cannot be completed.
+            self.abort()
+            raise
 
     def close(self) -> Manifest:
         """Finish: the last tile, the sidecar files, then ``manifest.json``. Returns the manifest."""
+        if self._aborted:
+            self._check_open()
         if self._closed:
             assert self.manifest is not None
             return self.manifest
@@ -168,6 +203,7 @@ class TileWriter:
             while self._in_flight:
                 self._collect_one()
             self._write_sidecars()
+            obs_fields = self._write_obs()
             self.manifest = Manifest(
                 n_cells=self._rows_written,
                 n_genes=self.n_genes,
@@ -179,7 +215,9 @@ class TileWriter:
                 zstd_level=self.level,
                 has_gene_order=self.gene_order is not None,
                 has_var_names=self.var_names is not None,
+                has_var_table=self.var is not None,
                 metadata=self.metadata,
+                **obs_fields,
             )
             self.store.write(MANIFEST_NAME, self.manifest.to_json().encode())
         except BaseException:
@@ -194,6 +232,7 @@ class TileWriter:
         if self._closed:
             return
         self._closed = True
+        self._aborted = True
         for future in self._in_flight:
             future.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -205,6 +244,11 @@ class TileWriter:
     # ------------------------------------------------------------------ internals
 
     def _check_open(self) -> None:
+        if self._aborted:
+            msg = (
+                "this TileWriter is closed: it was aborted (after an error, or by abort()); start again with a new one"
+            )
+            raise ValueError(msg)
         if self._closed:
             msg = "this TileWriter is closed"
             raise ValueError(msg)
@@ -247,6 +291,31 @@ class TileWriter:
         self._tile_bytes.append(size)
         self._rows_written += cells
 
+    def _write_obs(self) -> dict[str, Any]:
+        if self.obs is None:
+            return {}
+        from deltacells.obs import write_obs
+
+        if self.obs.shape[0] != self._rows_written:
+            msg = f"obs has {self.obs.shape[0]} rows but {self._rows_written} cells were written"
+            raise ValueError(msg)
+        if self._rows_written == 0:
+            return {}
+        result = write_obs(
+            self.store,
+            self.obs,
+            np.asarray(self._tile_cells, dtype=np.int64),
+            obs_tiles_per_file=self.obs_tiles_per_file,
+            max_categories=self.max_categories,
+        )
+        return {
+            "has_obs": True,
+            "obs_tiles_per_file": result.obs_tiles_per_file,
+            "obs_shard_bytes": tuple(result.shard_bytes),
+            "obs_shard_sha256": tuple(result.shard_sha256),
+            "obs_fingerprint": result.fingerprint,
+        }
+
     def _write_sidecars(self) -> None:
         if self.gene_order is not None:
             buffer = io.BytesIO()
@@ -255,10 +324,28 @@ class TileWriter:
         if self.var_names is not None:
             names = self.var_names if self.gene_order is None else [self.var_names[i] for i in self.gene_order]
             self.store.write("var_names.txt", "".join(f"{name}\n" for name in names).encode("utf-8"))
+        if self.var is not None:
+            var = self.var if self.gene_order is None else self.var.iloc[self.gene_order]
+            self.store.write("var.parquet", var_table_bytes(var))
 
 
-def _prepare_output(store: Store, *, overwrite: bool) -> None:
-    """Refuse to clobber an existing dataset (or unknown files) unless asked; clear it if asked."""
+def var_table_bytes(var: pd.DataFrame) -> bytes:
+    """``var.parquet``: the gene table with its pandas index, zstd-compressed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pa.Table.from_pandas(var, preserve_index=True)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        msg = f"var cannot be stored as parquet ({exc}); convert or drop the offending columns"
+        raise ValueError(msg) from exc
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def check_output(store: Store, *, overwrite: bool) -> None:
+    """Refuse to clobber an existing dataset (or unrelated files) unless asked to."""
     present = store.listdir()
     if store.exists("") and not store.fs.isdir(store.root):
         msg = f"{store.url} exists and is not a directory; choose another output path"
@@ -276,9 +363,13 @@ def _prepare_output(store: Store, *, overwrite: bool) -> None:
         if not ours and "tiles" not in present and MANIFEST_NAME not in present:
             msg = f"{store.url} holds files that are not a deltacells dataset; refusing to overwrite them"
             raise FileExistsError(msg)
-        # The manifest goes first, so that a half-removed dataset never looks complete.
-        for entry in DATASET_ENTRIES:
-            store.remove(entry)
+
+
+def clear_output(store: Store) -> None:
+    """Remove what a previous dataset left at ``store`` (manifest first) and create the root."""
+    # The manifest goes first, so that a half-removed dataset never looks complete.
+    for entry in DATASET_ENTRIES:
+        store.remove(entry)
     store.makedirs()
 
 

@@ -1,0 +1,274 @@
+"""``read_deltacells``: a dataset as a lazy AnnData (X tile-indexed, obs from the local Arrow cache)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from deltacells.dataset import DEFAULT_TILE_CACHE_BYTES, Dataset, open_dataset
+from deltacells.errors import FormatError
+from deltacells.io._anndata_hooks import register_anndata_io
+from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
+from deltacells.storage import Store
+
+if TYPE_CHECKING:
+    import anndata as ad
+    from numpy.typing import DTypeLike
+
+__all__ = ["read_deltacells", "read_obs", "read_var", "restore_gene_order"]
+
+UNS_KEY = "deltacells"
+
+
+def read_deltacells(
+    path: str | os.PathLike[str],
+    *,
+    obs_columns: Sequence[str] | None = None,
+    obs_names: bool = True,
+    dtype: DTypeLike = np.float32,
+    cache_dir: str | os.PathLike[str] | None = None,
+    verify_obs: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
+    threads: int | None = None,
+) -> ad.AnnData:
+    """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
+
+    Opening reads ``manifest.json`` and the gene table; no tile is decoded.
+    ``adata[cells].X``, ``adata[cells].to_memory()`` or ``adata.X[cells]`` decode only
+    the tiles that hold the requested cells.
+
+    Parameters
+    ----------
+    path
+        Local directory or fsspec URL (``s3://bucket/prefix``...).
+    obs_columns
+        obs columns to load (from the local Arrow cache, localizing them on first
+        use); ``None`` loads all, ``[]`` none. Others can be added later with
+        :func:`read_obs`.
+    obs_names
+        Use the stored cell names (the ``_index`` column) as ``obs_names``; with
+        ``False`` (or when none are stored) they are ``"0" .. "n-1"``.
+    dtype
+        dtype of ``X``'s values: ``float32`` (default, what scanpy expects), ``int32``,
+        ``int64`` or ``float64``.
+    cache_dir
+        Root of the local obs cache (default: ``$DELTACELLS_CACHE``,
+        ``$XDG_CACHE_HOME/deltacells``, ``~/.cache/deltacells``).
+    verify_obs
+        Check each obs shard's SHA-256 against the manifest the first time it is read
+        into the cache (the whole shard is read once); with ``False`` only the column
+        chunks needed are fetched.
+    storage_options
+        fsspec options for ``path``.
+    tile_cache_bytes
+        Bound on the decoded tiles kept in memory.
+    threads
+        Threads decoding tiles (default: the usable CPUs).
+
+    Returns
+    -------
+    anndata.AnnData
+        ``X`` is a :class:`~deltacells.io.TiledCSRDataset`; ``uns["deltacells"]`` holds
+        the manifest's settings and metadata, and the gene order when there is one.
+
+    Examples
+    --------
+    >>> import deltacells
+    >>> from deltacells.datasets import synthetic_counts
+    >>> deltacells.write_deltacells(synthetic_counts(300, 100), "doc.deltacells", progress=False, overwrite=True)
+    >>> adata = deltacells.read_deltacells("doc.deltacells", cache_dir="doc-cache")
+    >>> adata[adata.obs["cell_type"] == "type_A"].to_memory().X.format
+    'csr'
+    """
+    register_anndata_io()
+    import anndata as ad
+
+    dataset = open_dataset(path, storage_options=storage_options, tile_cache_bytes=tile_cache_bytes, threads=threads)
+    X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
+    obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+    var = read_var(dataset)
+    adata = ad.AnnData(X=X, obs=obs, var=var)
+    adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)
+    return adata
+
+
+def read_obs(
+    adata_or_path: ad.AnnData | str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    verify: bool = True,
+    storage_options: dict[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Load obs columns of a dataset from the local Arrow cache (localizing them on first use).
+
+    Parameters
+    ----------
+    adata_or_path
+        An AnnData returned by :func:`read_deltacells` (the columns are also added to
+        its ``obs``, in place) or a dataset path.
+    columns
+        Columns to load; ``None`` for all.
+    cache_dir, verify, storage_options
+        As for :func:`read_deltacells` (for an AnnData, the values it was read with
+        are used unless given here).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The requested columns, indexed like the AnnData's obs.
+    """
+    import anndata as ad
+
+    if isinstance(adata_or_path, ad.AnnData):
+        adata = adata_or_path
+        dataset = _dataset_of(adata)
+        entry = adata.uns.get(UNS_KEY, {})
+        cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
+        frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
+        frame.index = adata.obs_names
+        for name in frame.columns:
+            adata.obs[name] = frame[name]
+        return frame
+    dataset = open_dataset(adata_or_path, storage_options=storage_options)
+    return _read_obs_frame(dataset, columns, obs_names=True, cache_dir=cache_dir, verify=verify)
+
+
+def read_var(dataset: Dataset) -> pd.DataFrame:
+    """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``."""
+    n_genes = dataset.n_genes
+    if dataset.manifest.has_var_table:
+        where = f"{dataset.store.url}/var.parquet"
+        try:
+            var = pd.read_parquet(io.BytesIO(dataset.store.read("var.parquet")))
+        except (OSError, ValueError) as exc:
+            msg = f"{where}: not a readable parquet table ({exc})"
+            raise FormatError(msg) from exc
+        if var.shape[0] != n_genes:
+            msg = f"{where}: {var.shape[0]} rows for n_genes = {n_genes}"
+            raise FormatError(msg)
+        if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
+            var.index = var.index.astype(str)
+        else:
+            names = dataset.var_names()
+            var.index = pd.Index(names if names is not None else [str(i) for i in range(n_genes)])
+        return var
+    names = dataset.var_names()
+    return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
+
+
+def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
+    """The genes of a dataset read with :func:`read_deltacells`, back in their original order.
+
+    The writer sorts genes by decreasing total counts (and records the order); this
+    returns ``adata[:, order]``, a view whose columns are in the source's order.
+
+    Raises
+    ------
+    ValueError
+        If the dataset was written without reordering (it is already in its original order).
+    """
+    entry = adata.uns.get(UNS_KEY, {})
+    if "gene_order" not in entry:
+        msg = "this dataset has no gene_order.npy: it was written in its original gene order"
+        raise ValueError(msg)
+    gene_order = np.asarray(entry["gene_order"])
+    if gene_order.shape != (adata.n_vars,):
+        msg = "uns['deltacells']['gene_order'] does not match the genes of this AnnData (was it subset by genes?)"
+        raise ValueError(msg)
+    return adata[:, np.argsort(gene_order)]
+
+
+# ---------------------------------------------------------------------- internals
+
+
+def _dataset_of(adata: ad.AnnData) -> Dataset:
+    X = adata.X if not adata.is_view else adata._adata_ref.X
+    if not isinstance(X, TiledCSRDataset):
+        msg = "this AnnData was not read with deltacells.read_deltacells (its X is not a TiledCSRDataset)"
+        raise TypeError(msg)
+    return X.dataset
+
+
+def _default_names(n: int) -> pd.Index:
+    """``"0" .. "n-1"`` as anndata names cells by default, built without a Python loop."""
+    import pyarrow as pa
+
+    return pd.Index(pa.array(np.arange(n, dtype=np.int64)).cast(pa.string()).to_numpy(zero_copy_only=False))
+
+
+def _read_obs_frame(
+    dataset: Dataset,
+    columns: Sequence[str] | None,
+    *,
+    obs_names: bool,
+    cache_dir: str | os.PathLike[str] | None,
+    verify: bool,
+) -> pd.DataFrame:
+    n_cells = dataset.n_cells
+    if not dataset.manifest.has_obs:
+        if columns:
+            msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
+            raise KeyError(msg)
+        return pd.DataFrame(index=_default_names(n_cells))
+    from deltacells.obs import ObsStore
+
+    obs_store = ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify)
+    available = list(obs_store.columns)
+    if columns is None:
+        wanted = available
+    else:
+        wanted = list(columns)
+        missing = [c for c in wanted if c not in available]
+        if missing:
+            msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
+            raise KeyError(msg)
+    has_index = "_index" in obs_store.schema.names
+    index = obs_store.read_column("_index") if (obs_names and has_index) else None
+    index = pd.Index(np.asarray(index, dtype=object)) if index is not None else _default_names(n_cells)
+    return pd.DataFrame({name: obs_store.read_column(name).array for name in wanted}, index=index)
+
+
+def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[str, Any]:
+    m = dataset.manifest
+    entry: dict[str, Any] = {
+        "url": dataset.store.url,
+        "format_version": 2,
+        "n_tiles": m.n_tiles,
+        "tile_size": m.tile_size,
+        "n_chunks": m.n_chunks,
+        "zstd_level": m.zstd_level,
+        "metadata": _uns_safe(m.metadata),
+    }
+    if cache_dir is not None:
+        entry["cache_dir"] = os.fspath(cache_dir)
+    if m.has_obs:
+        entry["obs_fingerprint"] = m.obs_fingerprint
+    gene_order = dataset.gene_order()
+    if gene_order is not None:
+        entry["gene_order"] = gene_order
+    return entry
+
+
+def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:
+    """The manifest metadata as anndata can store it in uns; JSON text when it holds nulls or mixed lists."""
+
+    def storable(value: Any) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and storable(v) for k, v in value.items())
+        if isinstance(value, list):
+            return len({type(v) for v in value}) <= 1 and all(isinstance(v, (str, int, float, bool)) for v in value)
+        return isinstance(value, (str, int, float, bool))
+
+    return metadata if storable(metadata) else json.dumps(metadata)
+
+
+def _store_of(path: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None) -> Store:
+    return path if isinstance(path, Store) else Store(path, storage_options)

@@ -1,0 +1,129 @@
+"""Reading any AnnData matrix in row blocks: in memory, backed h5ad/zarr, dask, views, deltacells."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import sparse
+
+from deltacells.dataset._indexing import normalize_rows
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+
+@dataclass
+class MatrixSource:
+    """A count matrix to convert: the array, and the rows and columns of it that are wanted."""
+
+    matrix: Any
+    rows: np.ndarray | slice
+    cols: np.ndarray | slice
+    label: str
+
+    @property
+    def n_rows(self) -> int:
+        """Rows selected."""
+        return _length(self.rows)
+
+    @property
+    def n_cols(self) -> int:
+        """Columns selected."""
+        return _length(self.cols)
+
+    def blocks(self, block_rows: int) -> Iterator[Any]:
+        """Yield consecutive blocks of about ``block_rows`` selected rows (sparse or dense)."""
+        matrix = self.matrix
+        if sparse.issparse(matrix) and matrix.format != "csr":
+            # Row slices of CSC/COO are slow; one conversion of an in-memory matrix is not.
+            matrix = sparse.csr_matrix(matrix)
+        for rows in _row_chunks(self.rows, block_rows, matrix):
+            block = _read_rows(matrix, rows)
+            if not (isinstance(self.cols, slice) and self.cols == slice(0, _ncols(matrix), 1)):
+                block = block[:, self.cols]
+            yield block
+
+
+def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = False) -> MatrixSource:
+    """The matrix to convert: ``X``, ``layers[layer]`` or ``raw.X``, without materialising views."""
+    if layer is not None and raw:
+        msg = "pass either layer= or raw=True, not both"
+        raise ValueError(msg)
+    ref = adata._adata_ref if adata.is_view else adata
+    rows: Any = adata._oidx if adata.is_view else slice(None)
+    cols: Any = adata._vidx if adata.is_view else slice(None)
+    if raw:
+        if ref.raw is None:
+            msg = "raw=True but this AnnData has no .raw"
+            raise ValueError(msg)
+        matrix, cols, label = ref.raw.X, slice(None), "raw.X"
+    elif layer is not None:
+        if layer not in ref.layers:
+            msg = f"layer {layer!r} not found; this AnnData has layers {list(ref.layers.keys())}"
+            raise KeyError(msg)
+        matrix, label = ref.layers[layer], f"layers[{layer!r}]"
+    else:
+        matrix, label = ref.X, "X"
+    if matrix is None:
+        msg = f"this AnnData has no {label} to write"
+        raise ValueError(msg)
+    n_rows, n_cols = matrix.shape
+    return MatrixSource(matrix, normalize_rows(rows, n_rows), normalize_rows(cols, n_cols), label)
+
+
+def _length(index: np.ndarray | slice) -> int:
+    if isinstance(index, slice):
+        return index.stop - index.start
+    return int(index.shape[0])
+
+
+def _ncols(matrix: Any) -> int:
+    return int(matrix.shape[1])
+
+
+def _row_chunks(rows: np.ndarray | slice, block_rows: int, matrix: Any) -> Iterator[np.ndarray | slice]:
+    """Row selections of about ``block_rows``, aligned to a dask array's chunks when there are some."""
+    if isinstance(rows, slice):
+        bounds = [*range(rows.start, rows.stop, block_rows), rows.stop]
+        chunks = getattr(matrix, "chunks", None)
+        if _is_dask(matrix) and chunks is not None:
+            edges = np.concatenate(([0], np.cumsum(chunks[0])))
+            edges = edges[(edges > rows.start) & (edges < rows.stop)]
+            merged, last = [rows.start], rows.start
+            for edge in edges:
+                if edge - last >= block_rows:
+                    merged.append(int(edge))
+                    last = int(edge)
+            bounds = [*merged, rows.stop]
+        for lo, hi in itertools.pairwise(bounds):
+            if hi > lo:
+                yield slice(lo, hi)
+        return
+    for lo in range(0, rows.shape[0], block_rows):
+        yield rows[lo : lo + block_rows]
+
+
+def _is_dask(matrix: Any) -> bool:
+    return type(matrix).__module__.startswith("dask.")
+
+
+def _read_rows(matrix: Any, rows: np.ndarray | slice) -> Any:
+    """``matrix[rows]`` in memory, for every kind of matrix AnnData holds."""
+    if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not sparse.issparse(matrix):
+        # On-disk arrays (h5py, backed sparse) want increasing, unique indices: read those, then reorder.
+        unique, inverse = np.unique(rows, return_inverse=True)
+        block = _materialize(matrix[unique])
+        return block[inverse]
+    return _materialize(matrix[rows])
+
+
+def _materialize(block: Any) -> Any:
+    if hasattr(block, "compute"):
+        block = block.compute()
+    if hasattr(block, "to_memory"):
+        block = block.to_memory()
+    return block

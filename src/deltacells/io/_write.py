@@ -1,0 +1,192 @@
+"""``write_deltacells``: any AnnData to a deltacells dataset, streaming, genes by decreasing totals."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
+from deltacells.dataset import DEFAULT_TILE_SIZE, TileWriter, to_count_csr
+from deltacells.dataset._writer import check_output
+from deltacells.errors import warn
+from deltacells.io._sources import MatrixSource, matrix_source
+from deltacells.storage import Store
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+__all__ = ["write_deltacells"]
+
+
+def write_deltacells(
+    adata: ad.AnnData,
+    path: str | os.PathLike[str],
+    *,
+    layer: str | None = None,
+    raw: bool = False,
+    reorder_genes: bool = True,
+    tile_size: int = DEFAULT_TILE_SIZE,
+    n_chunks: int = DEFAULT_N_CHUNKS,
+    level: int = DEFAULT_LEVEL,
+    obs_columns: Sequence[str] | None = None,
+    max_categories: int = 20_000,
+    obs_tiles_per_file: int = 1000,
+    metadata: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    threads: int | None = None,
+    progress: bool = True,
+    storage_options: dict[str, Any] | None = None,
+) -> None:
+    """Write an AnnData's raw counts as a deltacells dataset.
+
+    Works for any AnnData: in memory (CSR, CSC, dense), backed h5ad (``backed="r"``),
+    zarr, dask-backed, views, and datasets read with :func:`read_deltacells`. The matrix
+    is streamed in blocks of rows, so memory stays at a few tiles; with gene
+    reordering it is read twice (gene totals first, then the tiles).
+
+    Parameters
+    ----------
+    adata
+        The AnnData to write.
+    path
+        Output directory or fsspec URL.
+    layer
+        Write ``adata.layers[layer]`` instead of ``X``.
+    raw
+        Write ``adata.raw.X`` (with ``adata.raw.var``) instead of ``X``.
+    reorder_genes
+        Sort genes by decreasing total counts (ties keep their order) and record the
+        order in ``gene_order.npy``; this makes the tiles smaller and faster.
+    tile_size
+        Cells per tile.
+    n_chunks
+        Chunks per tile, decoded in parallel by readers.
+    level
+        zstd level (higher: smaller files, slower writing, same reading speed).
+    obs_columns
+        obs columns to store (``None``: all; ``[]``: none, only the cell names).
+    max_categories
+        Categorical obs columns with more categories are stored as strings.
+    obs_tiles_per_file
+        Tiles per obs parquet shard.
+    metadata
+        Free-form JSON object stored in the manifest.
+    overwrite
+        Replace an existing dataset at ``path``.
+    threads
+        Threads encoding tiles (default: the usable CPUs).
+    progress
+        Show a progress bar.
+    storage_options
+        fsspec options for ``path``.
+
+    Raises
+    ------
+    ValueError
+        For values that are not raw counts (non-integer, negative, above 2^31 - 1),
+        naming the first offending cell and gene, or an obs column of a type the
+        format cannot hold, naming the column; no dataset is left behind.
+    FileExistsError
+        If ``path`` holds a dataset and ``overwrite`` is false.
+    """
+    source = matrix_source(adata, layer=layer, raw=raw)
+    obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
+    var = (adata.raw.var if raw else adata.var).copy()
+    if not (isinstance(source.cols, slice) and source.cols.stop - source.cols.start == var.shape[0]):
+        var = var.iloc[source.cols]
+    store = Store(path, storage_options)
+    check_output(store, overwrite=overwrite)
+    _warn_dropped(adata, layer=layer, raw=raw)
+
+    n_cells, n_genes = source.n_rows, source.n_cols
+    block_rows = max(tile_size, 4096)
+    bar = _progress_bar(n_cells * (2 if reorder_genes else 1), enabled=progress)
+    try:
+        gene_order = None
+        if reorder_genes:
+            bar.set_description("gene totals")
+            totals = np.zeros(n_genes, dtype=np.float64)
+            first_row = 0
+            for block in source.blocks(block_rows):
+                counts = to_count_csr(block, first_row=first_row, n_genes=n_genes)
+                totals += np.bincount(counts.indices, weights=counts.data, minlength=n_genes)
+                first_row += counts.shape[0]
+                bar.update(counts.shape[0])
+            gene_order = np.argsort(-totals, kind="stable")
+        bar.set_description("tiles")
+        writer = TileWriter(
+            store,
+            n_genes,
+            tile_size=tile_size,
+            n_chunks=n_chunks,
+            level=level,
+            gene_order=gene_order,
+            var_names=var.index.astype(str),
+            obs=obs,
+            var=var,
+            obs_tiles_per_file=obs_tiles_per_file,
+            max_categories=max_categories,
+            metadata=metadata,
+            overwrite=True,
+            threads=threads,
+        )
+        with writer:
+            _write_blocks(writer, source, block_rows, bar)
+    finally:
+        bar.close()
+
+
+def _write_blocks(writer: TileWriter, source: MatrixSource, block_rows: int, bar: Any) -> None:
+    for block in source.blocks(block_rows):
+        before = writer.n_cells
+        writer.write(block)
+        bar.update(writer.n_cells - before)
+
+
+def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_categories: int) -> pd.DataFrame:
+    """The obs columns to store, checked now (before any tile is written)."""
+    obs = adata.obs
+    if obs_columns is not None:
+        missing = [c for c in obs_columns if c not in obs.columns]
+        if missing:
+            msg = f"obs_columns {missing} are not in adata.obs (which has {list(obs.columns)})"
+            raise KeyError(msg)
+        obs = obs[list(obs_columns)]
+    from deltacells.obs import build_obs_schema
+
+    build_obs_schema(obs, max_categories=max_categories)  # raises for columns the format cannot hold
+    return obs
+
+
+def _warn_dropped(adata: ad.AnnData, *, layer: str | None, raw: bool) -> None:
+    """Name what the format does not carry, rather than dropping it silently."""
+    dropped = []
+    uns_keys = [str(k) for k in adata.uns if k != "deltacells"]
+    if uns_keys:
+        dropped.append(f"uns ({', '.join(uns_keys[:5])}{', ...' if len(uns_keys) > 5 else ''})")
+    for attr in ("obsm", "varm", "obsp", "varp"):
+        keys = list(getattr(adata, attr).keys())
+        if keys:
+            dropped.append(f"{attr} ({', '.join(map(str, keys))})")
+    written_layer = layer if not raw else None
+    other_layers = [k for k in adata.layers if k != written_layer]
+    if other_layers:
+        dropped.append(f"layers ({', '.join(map(str, other_layers))})")
+    if layer is not None:
+        dropped.append("X")
+    if adata.raw is not None and not raw:
+        dropped.append("raw")
+    if raw:
+        dropped.append("X")
+    if dropped:
+        warn(f"deltacells stores one count matrix with obs and var; not written: {'; '.join(dropped)}")
+
+
+def _progress_bar(total: int, *, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="cells", unit_scale=True, disable=not enabled, dynamic_ncols=True)
