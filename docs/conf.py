@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 project = "deltacells"
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon", "sphinx.ext.intersphinx"]
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
+]
 autosummary_generate = True
 napoleon_numpy_docstring = True
 intersphinx_mapping = {
