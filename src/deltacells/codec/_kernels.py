@@ -39,18 +39,35 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
     n = out_indices.shape[0]
     gaps_low = gaps[:n]
     gaps_high = gaps[n:]
-    bad_gap = False
+    # Pass 1 (vectorised): merge the byte planes and count zero gaps.
+    zero_gaps = 0
+    for j in range(n):
+        gap = np.int32(gaps_low[j]) | (np.int32(gaps_high[j]) << 8)
+        zero_gaps += gap == 0
+        out_indices[j] = gap
+    # Pass 2: prefix sums within each cell. A cell's first gap may be 0 (gene 0); no other may.
+    # int32 cannot overflow below 32768 nonzeros in a cell (32767 * 65535 < 2^31); longer cells sum in int64.
+    first_zero = 0
     too_far = False
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo
         stop = indptr[cell + 1] - nnz_lo
-        gene = np.int64(0)
-        for j in range(start, stop):
-            gap = np.int64(gaps_low[j]) | (np.int64(gaps_high[j]) << 8)
-            bad_gap |= (gap == 0) & (j > start)
-            gene += gap
-            out_indices[j] = gene
-        too_far |= gene >= n_genes
+        if stop == start:
+            continue
+        first_zero += out_indices[start] == 0
+        if stop - start < 32768:
+            gene = np.int32(0)
+            for j in range(start, stop):
+                gene += out_indices[j]
+                out_indices[j] = gene
+            too_far |= gene >= n_genes
+        else:
+            wide = np.int64(0)
+            for j in range(start, stop):
+                wide += out_indices[j]
+                out_indices[j] = min(wide, 2147483647)
+            too_far |= wide >= n_genes
+    bad_gap = zero_gaps != first_zero
     vals_low = vals[:n]
     vals_high = vals[n:]
     zero = False
