@@ -308,13 +308,7 @@ class TileWriter:
             obs_tiles_per_file=self.obs_tiles_per_file,
             max_categories=self.max_categories,
         )
-        return {
-            "has_obs": True,
-            "obs_tiles_per_file": result.obs_tiles_per_file,
-            "obs_shard_bytes": tuple(result.shard_bytes),
-            "obs_shard_sha256": tuple(result.shard_sha256),
-            "obs_fingerprint": result.fingerprint,
-        }
+        return result.manifest_fields()
 
     def _write_sidecars(self) -> None:
         if self.gene_order is not None:

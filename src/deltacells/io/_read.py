@@ -15,7 +15,6 @@ from deltacells.dataset import DEFAULT_TILE_CACHE_BYTES, Dataset, open_dataset
 from deltacells.errors import FormatError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
-from deltacells.storage import Store
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -230,10 +229,12 @@ def _read_obs_frame(
         if missing:
             msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
             raise KeyError(msg)
-    has_index = "_index" in obs_store.schema.names
-    index = obs_store.read_column("_index") if (obs_names and has_index) else None
-    index = pd.Index(np.asarray(index, dtype=object)) if index is not None else _default_names(n_cells)
-    return pd.DataFrame({name: obs_store.read_column(name).array for name in wanted}, index=index)
+    if not wanted and not obs_names:
+        return pd.DataFrame(index=_default_names(n_cells))
+    frame = obs_store.to_dataframe(wanted)
+    if not obs_names:
+        frame.index = _default_names(n_cells)
+    return frame
 
 
 def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[str, Any]:
@@ -268,7 +269,3 @@ def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:
         return isinstance(value, (str, int, float, bool))
 
     return metadata if storable(metadata) else json.dumps(metadata)
-
-
-def _store_of(path: str | os.PathLike[str] | Store, storage_options: dict[str, Any] | None) -> Store:
-    return path if isinstance(path, Store) else Store(path, storage_options)

@@ -156,9 +156,9 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
             msg = f"obs_columns {missing} are not in adata.obs (which has {list(obs.columns)})"
             raise KeyError(msg)
         obs = obs[list(obs_columns)]
-    from deltacells.obs import build_obs_schema
+    from deltacells.obs import check_obs
 
-    build_obs_schema(obs, max_categories=max_categories)  # raises for columns the format cannot hold
+    check_obs(obs, max_categories=max_categories)  # raises for columns the format cannot hold
     return obs
 
 

@@ -1,0 +1,119 @@
+"""The files of the local obs cache: one Arrow IPC file per column, written atomically, checked when opened."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["ColumnFileWriter", "atomic_write", "column_file_name", "read_column_file"]
+
+#: Longest file name stem used as is; longer quoted names are shortened and gain a hash.
+_MAX_STEM = 200
+
+
+def column_file_name(name: str) -> str:
+    """The cache file name of column ``name``: its URL-quoted name plus ``.arrow``.
+
+    Names whose quoted form is too long for a file name keep a prefix and gain a hash of the whole name.
+    """
+    stem = urllib.parse.quote(name, safe="")
+    if len(stem) > _MAX_STEM:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        stem = f"{stem[:150]}~{digest}"
+    return f"{stem}.arrow"
+
+
+def read_column_file(path: Path, name: str, arrow_type: pa.DataType, tile_cells: np.ndarray) -> list[pa.Array] | None:
+    """Memory-map a cached column and return its record batches' values, one array per tile.
+
+    Returns ``None`` when the file is missing, unreadable or truncated, or does not hold exactly one column
+    ``name`` of ``arrow_type`` in one record batch of ``tile_cells[t]`` rows per tile.
+    """
+    if not path.exists():
+        return None
+    try:
+        source = pa.memory_map(str(path), "r")
+        try:
+            reader = pa.ipc.open_file(source)
+            if reader.num_record_batches != tile_cells.shape[0]:
+                return None
+            if reader.schema.names != [name] or reader.schema.field(0).type != arrow_type:
+                return None
+            chunks = []
+            for i, expected in enumerate(tile_cells):
+                batch = reader.get_batch(i)
+                if batch.num_rows != int(expected) or batch.num_columns != 1:
+                    return None
+                chunk = batch.column(0)
+                chunk.validate()
+                chunks.append(chunk)
+            return chunks
+        finally:
+            source.close()  # the buffers keep the mapping alive as long as they are used
+    except (pa.ArrowException, OSError, ValueError, IndexError):
+        return None
+
+
+class ColumnFileWriter:
+    """A cached column being written: a temporary file beside the target, one record batch per tile.
+
+    :meth:`commit` renames it into place; :meth:`abort` removes it. ``guard`` wraps every file operation
+    (to turn ``OSError`` into an error that tells what to do).
+    """
+
+    def __init__(
+        self, path: Path, name: str, arrow_type: pa.DataType, *, guard: Callable[[], AbstractContextManager[None]]
+    ) -> None:
+        self.path = path
+        self.tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+        self.schema = pa.schema([pa.field(name, arrow_type)])
+        self._guard = guard
+        self._done = False
+        with guard():
+            self._sink = pa.OSFile(str(self.tmp), "wb")
+            self._writer = pa.ipc.new_file(self._sink, self.schema)
+
+    def write(self, values: pa.Array) -> None:
+        """Append one tile's values as a record batch."""
+        with self._guard():
+            self._writer.write_batch(pa.record_batch([values], schema=self.schema))
+
+    def commit(self) -> None:
+        """Finish the file and rename it into place."""
+        with self._guard():
+            self._writer.close()
+            self._sink.close()
+            os.replace(self.tmp, self.path)
+        self._done = True
+
+    def abort(self) -> None:
+        """Remove the temporary file (a no-op after :meth:`commit`)."""
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(Exception):
+            self._sink.close()
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a small file whole, through a temporary file and a rename."""
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

@@ -1,0 +1,201 @@
+"""Writing obs: ``obs/schema.json`` and the shards ``obs/obs_NNNN.parquet``, one row group per tile."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from deltacells.dataset._manifest import obs_shard_path
+from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES, encode_column, encode_index
+from deltacells.obs._fingerprint import obs_fingerprint
+from deltacells.obs._schema import INDEX_COLUMN, SCHEMA_NAME, ObsSchema
+
+if TYPE_CHECKING:
+    from deltacells.storage import Store
+
+__all__ = ["DEFAULT_OBS_TILES_PER_FILE", "ObsWriteResult", "check_obs", "write_obs"]
+
+#: Tiles (row groups) per obs shard unless the caller says otherwise.
+DEFAULT_OBS_TILES_PER_FILE = 1000
+
+
+@dataclass(frozen=True)
+class ObsWriteResult:
+    """What :func:`write_obs` wrote: the manifest's obs fields and the schema.
+
+    Attributes
+    ----------
+    obs_tiles_per_file
+        Tiles per shard.
+    shard_bytes
+        Size of each shard file.
+    shard_sha256
+        Hex SHA-256 of each shard file.
+    fingerprint
+        The obs fingerprint (24 hex characters).
+    schema
+        The schema written to ``obs/schema.json``.
+    """
+
+    obs_tiles_per_file: int
+    shard_bytes: tuple[int, ...]
+    shard_sha256: tuple[str, ...]
+    fingerprint: str
+    schema: ObsSchema
+
+    def manifest_fields(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~deltacells.dataset.Manifest` that describe this obs."""
+        return {
+            "has_obs": True,
+            "obs_tiles_per_file": self.obs_tiles_per_file,
+            "obs_shard_bytes": self.shard_bytes,
+            "obs_shard_sha256": self.shard_sha256,
+            "obs_fingerprint": self.fingerprint,
+        }
+
+
+def write_obs(
+    store: Store,
+    obs: pd.DataFrame,
+    tile_cells: np.ndarray,
+    *,
+    obs_tiles_per_file: int = DEFAULT_OBS_TILES_PER_FILE,
+    max_categories: int = DEFAULT_MAX_CATEGORIES,
+) -> ObsWriteResult:
+    """Write the obs table of a dataset: its shards, then ``obs/schema.json``.
+
+    Parameters
+    ----------
+    store
+        The dataset root.
+    obs
+        One row per cell, in cell order; its index (the obs names) is stored as column ``_index``.
+    tile_cells
+        Cells per tile (each >= 1); shard row group ``t`` holds the ``tile_cells[t]`` rows of tile ``t``.
+    obs_tiles_per_file
+        Tiles (row groups) per shard.
+    max_categories
+        Categoricals with more categories are stored as strings.
+
+    Returns
+    -------
+    ObsWriteResult
+        The fields the manifest needs (shard sizes and hashes, fingerprint) and the schema.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For columns obs cannot store (naming the column, its dtype and how to convert it), column names
+        that are not unique strings or are ``_index``, or a row count that differs from ``tile_cells``.
+    """
+    if not isinstance(obs, pd.DataFrame):
+        msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
+        raise TypeError(msg)
+    cells = _check_tile_cells(tile_cells)
+    per_file = _positive_int(obs_tiles_per_file, "obs_tiles_per_file", minimum=1)
+    max_categories = _positive_int(max_categories, "max_categories", minimum=0)
+    if len(obs) != int(cells.sum()):
+        msg = f"obs has {len(obs)} rows but the tiles hold {int(cells.sum())} cells; obs needs one row per cell"
+        raise ValueError(msg)
+    _check_column_names(obs)
+
+    encoded = [encode_index(obs.index)]
+    encoded += [
+        encode_column(name, obs.iloc[:, i], max_categories=max_categories) for i, name in enumerate(obs.columns)
+    ]
+    schema = ObsSchema(tuple(column for column, _ in encoded))
+    schema_text = schema.to_json()
+    schema = ObsSchema.from_json(schema_text)  # what readers will see; also checks what was made
+    table = pa.Table.from_arrays([array for _, array in encoded], schema=schema.arrow_schema())
+
+    limits = np.cumsum(cells, dtype=np.int64)
+    starts = limits - cells
+    shard_bytes: list[int] = []
+    shard_sha256: list[str] = []
+    for shard, first in enumerate(range(0, cells.shape[0], per_file)):
+        tiles = range(first, min(first + per_file, cells.shape[0]))
+        blob = _shard_bytes(table, schema, [(int(starts[t]), int(cells[t])) for t in tiles])
+        store.write(obs_shard_path(shard), blob)
+        shard_bytes.append(len(blob))
+        shard_sha256.append(hashlib.sha256(blob).hexdigest())
+    store.write(SCHEMA_NAME, schema_text.encode("utf-8"))
+    return ObsWriteResult(
+        obs_tiles_per_file=per_file,
+        shard_bytes=tuple(shard_bytes),
+        shard_sha256=tuple(shard_sha256),
+        fingerprint=obs_fingerprint(schema_text, cells.tolist(), shard_sha256),
+        schema=schema,
+    )
+
+
+def _shard_bytes(table: pa.Table, schema: ObsSchema, row_groups: list[tuple[int, int]]) -> bytes:
+    """One shard in memory: exactly one row group per ``(start, rows)``, zstd, no statistics."""
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema.arrow_schema(), compression="zstd", write_statistics=False) as writer:
+        for start, rows in row_groups:
+            writer.write_table(table.slice(start, rows), row_group_size=rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _check_tile_cells(tile_cells: Any) -> np.ndarray:
+    cells = np.asarray(tile_cells)
+    if cells.ndim != 1 or (cells.size and cells.dtype.kind not in "iu"):
+        msg = f"tile_cells must be a 1-D array of integers, got {cells.dtype} of shape {cells.shape}"
+        raise ValueError(msg)
+    cells = cells.astype(np.int64)
+    if cells.size and int(cells.min()) < 1:
+        msg = f"tile_cells must all be >= 1, got {int(cells.min())}"
+        raise ValueError(msg)
+    return cells
+
+
+def _positive_int(value: Any, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        msg = f"{name} must be an integer >= {minimum}, got {value!r}"
+        raise ValueError(msg)
+    return int(value)
+
+
+def check_obs(obs: pd.DataFrame, *, max_categories: int = DEFAULT_MAX_CATEGORIES) -> ObsSchema:
+    """Check that ``obs`` can be written (before anything is) and return the schema it would get.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`write_obs` would, naming the column at fault and the fix.
+    """
+    if not isinstance(obs, pd.DataFrame):
+        msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
+        raise TypeError(msg)
+    _check_column_names(obs)
+    columns = [encode_index(obs.index)[0]]
+    columns += [
+        encode_column(name, obs.iloc[:, i], max_categories=max_categories)[0] for i, name in enumerate(obs.columns)
+    ]
+    return ObsSchema(tuple(columns))
+
+
+def _check_column_names(obs: pd.DataFrame) -> None:
+    for name in obs.columns:
+        if not isinstance(name, str):
+            msg = (
+                f"obs column names must be strings, but column {name!r} is a {type(name).__name__}; rename it, "
+                "e.g. df.columns = df.columns.astype(str)"
+            )
+            raise TypeError(msg)
+        if name == INDEX_COLUMN:
+            msg = (
+                f"obs has a column named {INDEX_COLUMN!r}, the name obs uses for the index (the obs names); "
+                "rename that column"
+            )
+            raise ValueError(msg)
+    duplicated = obs.columns[obs.columns.duplicated()]
+    if len(duplicated):
+        msg = f"obs column names must be unique, but {duplicated[0]!r} appears more than once"
+        raise ValueError(msg)
