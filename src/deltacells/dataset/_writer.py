@@ -299,8 +299,6 @@ class TileWriter:
         if self.obs.shape[0] != self._rows_written:
             msg = f"obs has {self.obs.shape[0]} rows but {self._rows_written} cells were written"
             raise ValueError(msg)
-        if self._rows_written == 0:
-            return {}
         result = write_obs(
             self.store,
             self.obs,

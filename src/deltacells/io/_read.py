@@ -15,6 +15,7 @@ from deltacells.dataset import DEFAULT_TILE_CACHE_BYTES, Dataset, open_dataset
 from deltacells.errors import FormatError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
+from deltacells.io._sources import view_parts
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -112,7 +113,7 @@ def read_obs(
     ----------
     adata_or_path
         An AnnData returned by :func:`read_deltacells` (the columns are also added to
-        its ``obs``, in place) or a dataset path.
+        its ``obs``, in place; for a view of one, only returned) or a dataset path.
     columns
         Columns to load; ``None`` for all.
     cache_dir, verify, storage_options
@@ -132,6 +133,11 @@ def read_obs(
         entry = adata.uns.get(UNS_KEY, {})
         cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
         frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
+        if adata.is_view:
+            # A view's obs cannot grow in place: return its rows only.
+            frame = frame.iloc[view_parts(adata)[1]]
+            frame.index = adata.obs_names
+            return frame
         frame.index = adata.obs_names
         for name in frame.columns:
             adata.obs[name] = frame[name]
@@ -189,7 +195,7 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
 
 
 def _dataset_of(adata: ad.AnnData) -> Dataset:
-    X = adata.X if not adata.is_view else adata._adata_ref.X
+    X = view_parts(adata)[0].X
     if not isinstance(X, TiledCSRDataset):
         msg = "this AnnData was not read with deltacells.read_deltacells (its X is not a TiledCSRDataset)"
         raise TypeError(msg)
@@ -212,8 +218,11 @@ def _read_obs_frame(
     verify: bool,
 ) -> pd.DataFrame:
     n_cells = dataset.n_cells
-    if not dataset.manifest.has_obs:
-        if columns:
+    if isinstance(columns, str):
+        msg = f"obs columns must be a list of column names, not the string {columns!r}"
+        raise TypeError(msg)
+    if (columns is not None and len(columns) == 0 and not obs_names) or not dataset.manifest.has_obs:
+        if columns and not dataset.manifest.has_obs:
             msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
             raise KeyError(msg)
         return pd.DataFrame(index=_default_names(n_cells))

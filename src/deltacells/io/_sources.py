@@ -53,9 +53,7 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
     if layer is not None and raw:
         msg = "pass either layer= or raw=True, not both"
         raise ValueError(msg)
-    ref = adata._adata_ref if adata.is_view else adata
-    rows: Any = adata._oidx if adata.is_view else slice(None)
-    cols: Any = adata._vidx if adata.is_view else slice(None)
+    ref, rows, cols = view_parts(adata)
     if raw:
         if ref.raw is None:
             msg = "raw=True but this AnnData has no .raw"
@@ -63,7 +61,8 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
         matrix, cols, label = ref.raw.X, slice(None), "raw.X"
     elif layer is not None:
         if layer not in ref.layers:
-            msg = f"layer {layer!r} not found; this AnnData has layers {list(ref.layers.keys())}"
+            names = [k for k in ref.layers if k is not None]  # anndata 0.13 lists X as None
+            msg = f"layer {layer!r} not found; this AnnData has layers {names}"
             raise KeyError(msg)
         matrix, label = ref.layers[layer], f"layers[{layer!r}]"
     else:
@@ -73,6 +72,18 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
         raise ValueError(msg)
     n_rows, n_cols = matrix.shape
     return MatrixSource(matrix, normalize_rows(rows, n_rows), normalize_rows(cols, n_cols), label)
+
+
+def view_parts(adata: ad.AnnData) -> tuple[ad.AnnData, Any, Any]:
+    """``(actual AnnData, rows, cols)`` of a view (slices or numpy arrays); an actual AnnData gives itself and ``:``."""
+    if not adata.is_view:
+        return adata, slice(None), slice(None)
+
+    def as_index(index: Any) -> Any:
+        # anndata >= 0.13 wraps index arrays in an IndexManager that converts with np.asarray.
+        return index if isinstance(index, slice) else np.asarray(index)
+
+    return adata._adata_ref, as_index(adata._oidx), as_index(adata._vidx)
 
 
 def _length(index: np.ndarray | slice) -> int:

@@ -13,7 +13,7 @@ from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
 from deltacells.dataset import DEFAULT_TILE_SIZE, TileWriter, to_count_csr
 from deltacells.dataset._writer import check_output
 from deltacells.errors import warn
-from deltacells.io._sources import MatrixSource, matrix_source
+from deltacells.io._sources import MatrixSource, matrix_source, view_parts
 from deltacells.storage import Store
 
 if TYPE_CHECKING:
@@ -95,9 +95,8 @@ def write_deltacells(
     """
     source = matrix_source(adata, layer=layer, raw=raw)
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
-    var = (adata.raw.var if raw else adata.var).copy()
-    if not (isinstance(source.cols, slice) and source.cols.stop - source.cols.start == var.shape[0]):
-        var = var.iloc[source.cols]
+    ref = view_parts(adata)[0]
+    var = (ref.raw.var if raw else ref.var).iloc[source.cols].copy()
     store = Store(path, storage_options)
     check_output(store, overwrite=overwrite)
     _warn_dropped(adata, layer=layer, raw=raw)
@@ -150,6 +149,9 @@ def _write_blocks(writer: TileWriter, source: MatrixSource, block_rows: int, bar
 def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_categories: int) -> pd.DataFrame:
     """The obs columns to store, checked now (before any tile is written)."""
     obs = adata.obs
+    if isinstance(obs_columns, str):
+        msg = f"obs_columns must be a list of column names, not the string {obs_columns!r}"
+        raise TypeError(msg)
     if obs_columns is not None:
         missing = [c for c in obs_columns if c not in obs.columns]
         if missing:
@@ -173,7 +175,7 @@ def _warn_dropped(adata: ad.AnnData, *, layer: str | None, raw: bool) -> None:
         if keys:
             dropped.append(f"{attr} ({', '.join(map(str, keys))})")
     written_layer = layer if not raw else None
-    other_layers = [k for k in adata.layers if k != written_layer]
+    other_layers = [k for k in adata.layers if k is not None and k != written_layer]  # anndata 0.13 lists X as None
     if other_layers:
         dropped.append(f"layers ({', '.join(map(str, other_layers))})")
     if layer is not None:

@@ -292,8 +292,9 @@ class ObsStore:
     def _index(self, arrays: dict[str, pa.Array]) -> pd.Index:
         if INDEX_COLUMN not in arrays:
             return pd.Index([str(i) for i in range(self.manifest.n_cells)], dtype=default_string_dtype())
-        values = to_pandas_values(self.schema.column(INDEX_COLUMN), arrays[INDEX_COLUMN])
-        return pd.Index(values, dtype=getattr(values, "dtype", None))
+        column = self.schema.column(INDEX_COLUMN)
+        values = to_pandas_values(column, arrays[INDEX_COLUMN])
+        return pd.Index(values, dtype=getattr(values, "dtype", None), name=column.index_name)
 
     # ------------------------------------------------------------------ internals: cached files
 

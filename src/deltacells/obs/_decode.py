@@ -67,10 +67,8 @@ def categories_index(column: ObsColumn) -> pd.Index:
         if index is not None and index.tolist() == values:
             return index
     value_type = column.category_type
-    if value_type is str:
+    if value_type is str or value_type is None:  # no categories: strings, as pandas makes them by default
         return pd.Index(values, dtype=default_string_dtype())
-    if value_type is None:
-        return pd.Index([], dtype=object)
     return pd.Index(values, dtype={int: None, float: np.float64, bool: np.bool_}[value_type])
 
 

@@ -78,7 +78,8 @@ def encode_index(index: pd.Index) -> tuple[ObsColumn, pa.Array]:
             values = np.array([str(v) for v in values], dtype=object)
     else:
         values = np.array([str(v) for v in index], dtype=object)
-    return ObsColumn(INDEX_COLUMN, "string", "string"), _string_array(INDEX_COLUMN, values)
+    name = index.name if isinstance(index.name, str) else None
+    return ObsColumn(INDEX_COLUMN, "string", "string", index_name=name), _string_array(INDEX_COLUMN, values)
 
 
 def encode_column(
@@ -204,7 +205,7 @@ def _category_values(name: str, categories: pd.Index) -> tuple[list[Any], type |
 
 
 def _default_categories_dtype(value_type: type | None) -> Any:
-    if value_type is str:
+    if value_type is str or value_type is None:  # no categories: nothing tells their type; strings by default
         return pd.Index(["a"]).dtype
     return {int: np.dtype(np.int64), float: np.dtype(np.float64), bool: np.dtype(np.bool_)}.get(
         value_type, np.dtype(object)

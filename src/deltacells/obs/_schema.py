@@ -99,6 +99,8 @@ class ObsColumn:
         Whether a category column is an ordered categorical.
     pandas_dtype
         Optional hint that restores the exact pandas dtype (see the module docstring).
+    index_name
+        For ``_index`` only: the name of the pandas index (key ``"index_name"``; other readers ignore it).
     """
 
     name: str
@@ -107,6 +109,7 @@ class ObsColumn:
     categories: tuple[Any, ...] | None = None
     ordered: bool = False
     pandas_dtype: str | None = None
+    index_name: str | None = None
 
     @property
     def pa_type(self) -> pa.DataType:
@@ -132,6 +135,8 @@ class ObsColumn:
             doc["ordered"] = True
         if self.pandas_dtype is not None:
             doc["pandas_dtype"] = self.pandas_dtype
+        if self.index_name is not None:
+            doc["index_name"] = self.index_name
         return doc
 
     @classmethod
@@ -169,6 +174,9 @@ class ObsColumn:
         if hint is not None and not isinstance(hint, str):
             msg = f"{at}: field pandas_dtype must be a string, not {hint!r}"
             raise FormatError(msg)
+        index_name = doc.get("index_name")
+        if not isinstance(index_name, str):
+            index_name = None  # an extension of ours: ignore what we do not understand
         return cls(
             name=name,
             kind=kind,
@@ -176,6 +184,7 @@ class ObsColumn:
             categories=categories,
             ordered=ordered,
             pandas_dtype=hint,
+            index_name=index_name,
         )
 
 
