@@ -1,32 +1,556 @@
+"""The ``deltacells`` command line: convert, info, validate, demo; errors as one line."""
+
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import anndata as ad
 import numpy as np
-from click.testing import CliRunner
+import pytest
+from click.testing import CliRunner, Result
+from scipy import sparse
 
 import deltacells as dc
-from deltacells.cli import main
+from deltacells.cli import INFO_JSON_VERSION, detect_format, main
+from deltacells.datasets import synthetic_counts
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+VISIUM = SHARED / "data" / "visium-cytassist"
+CONFORMANCE = SHARED / "conformance" / "datasets"
+
+needs_conformance = pytest.mark.skipif(not (CONFORMANCE / "complete").is_dir(), reason="no conformance datasets")
+
+#: Warnings anndata / zarr emit from their own code with the versions we support (not about deltacells).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Writing zarr v2 data will no longer be the default"),
+    pytest.mark.filterwarnings("ignore:The 'future.infer_string' option is deprecated"),
+    pytest.mark.filterwarnings("ignore:The 'mode.chained_assignment' option is deprecated"),
+]
 
 
-def test_demo_runs_and_keeps_dataset(tmp_path):
-    out = tmp_path / "demo.deltacells"
-    result = CliRunner().invoke(
-        main, ["demo", "--cells", "700", "--genes", "300", "--tile-size", "128", "--out", str(out)]
+@pytest.fixture(autouse=True)
+def _no_default_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The commands never fill the user's obs cache: the default one must stay empty."""
+    stray = tmp_path_factory.mktemp("default-cache")
+    monkeypatch.setenv("DELTACELLS_CACHE", str(stray))
+    yield
+    assert not any(stray.iterdir()), f"something was written to the default obs cache: {list(stray.iterdir())}"
+
+
+def run(*args: str | os.PathLike[str]) -> Result:
+    """Invoke the CLI in process; the result has .exit_code, .stdout, .stderr, .output."""
+    return CliRunner().invoke(main, [os.fspath(a) for a in args])
+
+
+def assert_one_line_error(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    assert lines[-1] == errors[0]
+    assert all(line.startswith("warning: ") for line in lines[:-1]), result.stderr  # warnings may come first
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def read_back(path: Path, cache: Path) -> ad.AnnData:
+    """The dataset at ``path`` in memory, genes back in the source's order, values int32."""
+    adata = dc.read_deltacells(path, cache_dir=cache, dtype="int32")
+    if "gene_order" in adata.uns["deltacells"]:
+        adata = dc.restore_gene_order(adata)
+    return adata.to_memory()
+
+
+def same_X(a, b) -> bool:
+    a, b = sparse.csr_matrix(a), sparse.csr_matrix(b)
+    return a.shape == b.shape and (a != b).nnz == 0
+
+
+@pytest.fixture(scope="module")
+def source() -> ad.AnnData:
+    return synthetic_counts(500, 120, seed=5)
+
+
+@pytest.fixture(scope="module")
+def h5ad(source: ad.AnnData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("inputs") / "counts.h5ad"
+    source.write_h5ad(path)
+    return path
+
+
+# ---------------------------------------------------------------------- help and version
+
+
+def test_help_and_version():
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("convert", "info", "validate", "demo"):
+        assert command in result.output
+        sub = run(command, "--help")
+        assert sub.exit_code == 0, sub.output
+        assert "Usage: " in sub.output
+    assert run("-h").exit_code == 0
+    result = run("--version")
+    assert result.exit_code == 0
+    assert dc.__version__ in result.output
+
+
+def test_console_script_error_has_no_traceback(tmp_path):
+    """The installed script: one error line on stderr, exit status 1."""
+    script = Path(sys.executable).with_name("deltacells")
+    if not script.exists():
+        pytest.skip("the deltacells console script is not installed beside this Python")
+    proc = subprocess.run(
+        [script, "info", tmp_path / "nothing-here"], capture_output=True, text=True, check=False, timeout=120
     )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------- convert
+
+
+def test_convert_h5ad_backed(h5ad, source, tmp_path):
+    out = tmp_path / "out.deltacells"
+    result = run("convert", h5ad, out)
     assert result.exit_code == 0, result.output
-    assert "identical to the source: True" in result.output
-    assert "identical: True" in result.output
+    text = result.stdout
+    for fragment in ("cells       500", "genes       120", f"nonzeros    {source.X.nnz:,}", "bytes per nonzero"):
+        assert fragment in text
+    assert "smaller than the input" in text
+    assert "cells/s" in text
+    assert "(h5ad," in text
+    assert "cells/s" in result.stderr  # the progress bar
+    back = read_back(out, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+    assert list(back.obs.columns) == list(source.obs.columns)
+    assert list(back.obs_names) == list(source.obs_names)
+    assert list(back.var_names) == list(source.var_names)
+    m = dc.open_dataset(out).manifest
+    assert m.metadata["source"] == "counts.h5ad"
+    assert m.metadata["source_format"] == "h5ad"
+    assert m.has_gene_order
+
+
+def test_convert_options_take_effect(h5ad, source, tmp_path):
+    out = tmp_path / "out.deltacells"
+    result = run(
+        "convert", h5ad, out,
+        "--tile-size", "100", "--n-chunks", "2", "--level", "3", "--no-reorder-genes",
+        "--obs-columns", "cell_type", "--obs-columns", "donor,total_counts", "--max-categories", "5",
+        "--obs-tiles-per-file", "2", "-j", "1", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "cells/s" not in result.stderr  # --quiet: no progress bar
+    assert "(input order kept)" in result.stdout
+    m = dc.open_dataset(out).manifest
+    assert (m.tile_size, m.n_tiles, m.n_chunks, m.zstd_level) == (100, 5, 2, 3)
+    assert not m.has_gene_order
+    assert m.obs_tiles_per_file == 2
+    assert m.n_obs_shards == 3
+    info = json.loads(run("info", "--json", out).stdout)
+    kinds = {c["name"]: c["kind"] for c in info["obs"]["columns"]}
+    # cell_type has 6 categories: above --max-categories 5, stored as strings; donor has 4.
+    assert kinds == {"cell_type": "string", "donor": "category", "total_counts": "numeric"}
+    back = read_back(out, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+
+
+def test_convert_no_obs_and_overwrite(h5ad, tmp_path):
+    out = tmp_path / "out.deltacells"
+    assert run("convert", "-q", h5ad, out).exit_code == 0
+    assert_one_line_error(run("convert", "-q", h5ad, out), "already holds a deltacells dataset", "--overwrite")
+    result = run("convert", "-q", "--no-obs", "--overwrite", h5ad, out)
+    assert result.exit_code == 0, result.output
+    info = json.loads(run("info", "--json", out).stdout)
+    assert info["obs"]["columns"] == []
+    assert info["obs"]["has_index"] is True
+    assert run("convert", "-q", "--no-obs", "--obs-columns", "donor", "--overwrite", h5ad, out).exit_code == 2
+
+
+@pytest.fixture(scope="module")
+def normalized_h5ad(source: ad.AnnData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """X is log-normalised (not counts); the counts are in layers['counts'] and in raw."""
+    adata = source.copy()
+    adata.layers["counts"] = adata.X.copy()
+    adata.raw = adata
+    X = adata.X.astype(np.float32)
+    X.data = np.log1p(X.data)
+    adata.X = X
+    path = tmp_path_factory.mktemp("inputs") / "normalized.h5ad"
+    adata.write_h5ad(path)
+    return path
+
+
+def test_convert_layer_and_raw(normalized_h5ad, source, tmp_path):
+    result = run("convert", "-q", normalized_h5ad, tmp_path / "x")
+    assert_one_line_error(result, "is not a whole number", "--layer counts or --raw")
+    assert not (tmp_path / "x" / "manifest.json").exists()
+    for option in (["--layer", "counts"], ["--raw"]):
+        out = tmp_path / option[0].strip("-")
+        result = run("convert", "-q", *option, normalized_h5ad, out)
+        assert result.exit_code == 0, result.output
+        assert same_X(read_back(out, tmp_path / "cache").X, source.X)
+    assert_one_line_error(run("convert", "-q", "--layer", "nope", normalized_h5ad, tmp_path / "y"), "'nope'")
+
+
+def test_convert_warnings_are_one_line(source, tmp_path):
+    adata = source.copy()
+    adata.uns["note"] = "not stored"
+    path = tmp_path / "with_uns.h5ad"
+    adata.write_h5ad(path)
+    result = run("convert", "-q", path, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith("warning: ") and "uns (note)" in line for line in result.stderr.splitlines())
+    assert "UserWarning" not in result.stderr
+
+
+def test_convert_zarr(source, tmp_path):
+    adata = source.copy()
+    adata.layers["counts"] = adata.X.copy()
+    path = tmp_path / "counts.zarr"
+    adata.write_zarr(path)
+    assert detect_format(path) == "zarr"
+    for option in ([], ["--layer", "counts"]):
+        out = tmp_path / f"out{len(option)}"
+        result = run("convert", "-q", *option, path, out)
+        assert result.exit_code == 0, result.output
+        assert "(zarr," in result.stdout
+        back = read_back(out, tmp_path / "cache")
+        assert same_X(back.X, source.X)
+        assert list(back.obs.columns) == list(source.obs.columns)
+
+
+def test_convert_zarr_raw(source, tmp_path):
+    adata = source.copy()
+    adata.raw = adata
+    adata.X = sparse.csr_matrix(adata.X.astype(np.float32) / 2)  # not counts
+    path = tmp_path / "raw.zarr"
+    adata.write_zarr(path)
+    out = tmp_path / "out"
+    result = run("convert", "-q", "--raw", path, out)
+    assert result.exit_code == 0, result.output
+    back = read_back(out, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+    assert list(back.var_names) == list(source.var_names)
+
+
+def test_convert_csc_h5ad(source, tmp_path):
+    adata = source.copy()
+    adata.X = sparse.csc_matrix(adata.X)
+    path = tmp_path / "csc.h5ad"
+    adata.write_h5ad(path)
+    result = run("convert", "-q", path, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "warning: X is stored as CSC" in result.stderr
+    assert same_X(read_back(tmp_path / "out", tmp_path / "cache").X, source.X)
+
+
+def write_deltacells_mislabels_views(tmp_path: Path) -> bool:
+    """Whether write_deltacells writes the var of a gene-permuted view in the wrong order (io/_write.py bug)."""
+    adata = synthetic_counts(4, 20, seed=1)
+    view = adata[:, np.arange(20)[::-1]]
+    dc.write_deltacells(view, tmp_path / "probe", reorder_genes=False, progress=False)
+    return dc.open_dataset(tmp_path / "probe").var_names() != list(view.var_names)
+
+
+def test_convert_deltacells_keeps_the_original_gene_order(h5ad, source, tmp_path):
+    """A dataset re-converted (here re-tiled) keeps the gene order of the original source."""
+    first = tmp_path / "first"
+    assert run("convert", "-q", h5ad, first).exit_code == 0
+    second = tmp_path / "second"
+    result = run("convert", "-q", "--tile-size", "64", first, second)
+    if write_deltacells_mislabels_views(tmp_path):
+        # The CLI's end-to-end check of the gene names refuses the mislabelled result.
+        assert_one_line_error(result, "gene names written do not match")
+        assert not (second / "manifest.json").exists()
+        pytest.xfail("write_deltacells applies a view's gene index to var twice (io/_write.py)")
+    assert result.exit_code == 0, result.output
+    assert "(deltacells," in result.stdout
+    assert dc.open_dataset(second).n_tiles == 8
+    back = read_back(second, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+    assert list(back.var_names) == list(source.var_names)
+
+
+def write_10x_h5(adata: ad.AnnData, path: Path) -> None:
+    """A Cell Ranger v3 ``filtered_feature_bc_matrix.h5``: CSC genes x cells, i.e. CSR cells x genes."""
+    import h5py
+
+    X = sparse.csr_matrix(adata.X)
+    with h5py.File(path, "w") as f:
+        g = f.create_group("matrix")
+        g["barcodes"] = np.array(adata.obs_names, dtype="S")
+        g["data"] = X.data.astype(np.int32)
+        g["indices"] = X.indices.astype(np.int64)
+        g["indptr"] = X.indptr.astype(np.int64)
+        g["shape"] = np.array([adata.n_vars, adata.n_obs], dtype=np.int32)
+        features = g.create_group("features")
+        features["id"] = np.array(adata.var["gene_ids"], dtype="S")
+        features["name"] = np.array(adata.var_names, dtype="S")
+        features["feature_type"] = np.array(["Gene Expression"] * adata.n_vars, dtype="S")
+        features["genome"] = np.array(["GRCh38"] * adata.n_vars, dtype="S")
+        features["_all_tag_keys"] = np.array([b"genome"])
+
+
+def test_convert_10x_h5(source, tmp_path):
+    path = tmp_path / "filtered_feature_bc_matrix.h5"
+    write_10x_h5(source, path)
+    assert detect_format(path) == "10x-h5"
+    out = tmp_path / "out"
+    result = run("convert", "-q", path, out)
+    assert result.exit_code == 0, result.output
+    assert "(10x-h5," in result.stdout
+    back = read_back(out, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+    assert list(back.obs_names) == list(source.obs_names)
+    assert list(back.var["gene_ids"]) == list(source.var["gene_ids"])
+
+
+@pytest.mark.skipif(not VISIUM.is_dir(), reason="no shared Visium data")
+def test_convert_10x_mtx_real_data(tmp_path):
+    import scanpy as sc
+
+    out = tmp_path / "visium.deltacells"
+    result = run("convert", "-q", "--level", "3", VISIUM, out)
+    assert result.exit_code == 0, result.output
+    assert "(10x-mtx," in result.stdout
+    assert "nonzeros    1,069,459" in result.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scanpy's own warnings about the 10x files
+        expected = sc.read_10x_mtx(VISIUM)
+    back = read_back(out, tmp_path / "cache")
+    assert back.shape == (2898, 19465)
+    assert same_X(back.X, expected.X)
+    assert list(back.obs_names) == list(expected.obs_names)
+    assert list(back.var_names) == list(expected.var_names)
+    assert run("validate", "-q", out).exit_code == 0
+
+
+def test_convert_loom(source, tmp_path):
+    path = tmp_path / "counts.loom"
+    try:
+        import loompy  # noqa: F401
+    except ImportError:
+        path.write_bytes(b"")
+        assert_one_line_error(run("convert", "-q", path, tmp_path / "out"), "loompy")
+        pytest.skip("loompy is not installed: anndata can neither write nor read loom (the error was checked)")
+    source.write_loom(path)
+    out = tmp_path / "out"
+    result = run("convert", "-q", path, out)
+    assert result.exit_code == 0, result.output
+    assert same_X(read_back(out, tmp_path / "cache").X, source.X)
+
+
+def test_convert_errors(h5ad, tmp_path):
+    assert_one_line_error(run("convert", tmp_path / "missing.h5ad", tmp_path / "out"), "missing.h5ad", "no such file")
+    odd = tmp_path / "data.txt"
+    odd.write_text("hello")
+    assert_one_line_error(run("convert", odd, tmp_path / "out"), "--format")
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    assert_one_line_error(run("convert", empty, tmp_path / "out"), "--format")
+    assert_one_line_error(run("convert", "-q", "--format", "zarr", h5ad, tmp_path / "out"))
+    assert_one_line_error(run("convert", "-q", "--obs-columns", "nope", h5ad, tmp_path / "out"), "'nope'")
+    assert run("convert", "--tile-size", "0", h5ad, tmp_path / "out").exit_code == 2  # click's usage error
+
+
+def test_convert_non_integer_counts(source, tmp_path):
+    adata = source.copy()
+    adata.X = adata.X.astype(np.float32)
+    adata.X.data[7] = 0.5
+    path = tmp_path / "bad.h5ad"
+    adata.write_h5ad(path)
+    out = tmp_path / "out"
+    assert_one_line_error(run("convert", "-q", path, out), "is not a whole number", "--layer counts or --raw")
+    assert not (out / "manifest.json").exists()
+
+
+# ---------------------------------------------------------------------- info
+
+
+INFO_KEYS = {
+    "info_version", "path", "format", "version", "n_cells", "n_genes", "n_tiles", "tile_size", "n_chunks",
+    "zstd_level", "nnz", "density", "tile_bytes", "obs_bytes", "other_bytes", "total_bytes", "bytes_per_nonzero",
+    "has_gene_order", "has_var_names", "has_var_table", "has_obs", "var", "obs", "metadata",
+}  # fmt: skip
+
+
+@needs_conformance
+def test_info_json_on_conformance_dataset():
+    path = CONFORMANCE / "complete"
+    result = run("info", "--json", path)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == INFO_KEYS
+    m = dc.open_dataset(path).manifest
+    assert doc["info_version"] == INFO_JSON_VERSION
+    assert (doc["n_cells"], doc["n_genes"], doc["n_tiles"], doc["tile_size"]) == (2600, 1200, 11, 256)
+    assert doc["nnz"] == m.nnz
+    assert doc["tile_bytes"] == int(m.tile_bytes.sum())
+    assert doc["bytes_per_nonzero"] == pytest.approx(doc["tile_bytes"] / m.nnz)
+    assert doc["obs_bytes"] == sum(m.obs_shard_bytes)
+    assert doc["total_bytes"] == doc["tile_bytes"] + doc["obs_bytes"] + doc["other_bytes"]
+    assert doc["has_gene_order"] and doc["has_var_names"] and doc["has_var_table"] and doc["has_obs"]
+    assert doc["var"]["n_rows"] == 1200
+    obs = doc["obs"]
+    assert (obs["n_shards"], obs["tiles_per_file"], obs["has_index"]) == (4, 3, True)
+    columns = {c["name"]: c for c in obs["columns"]}
+    assert list(columns) == ["cell_type", "n_counts", "pct_mito", "is_doublet", "donor", "note"]
+    assert columns["cell_type"]["kind"] == "category"
+    assert columns["cell_type"]["n_categories"] == 5
+    assert columns["donor"]["n_categories"] == 7
+    assert columns["n_counts"] == {
+        "name": "n_counts", "kind": "numeric", "arrow_type": "int64", "n_categories": None, "ordered": False,
+    }  # fmt: skip
+    assert (columns["is_doublet"]["kind"], columns["note"]["kind"]) == ("bool", "string")
+
+
+def test_info_text(h5ad, tmp_path):
+    out = tmp_path / "out"
+    assert run("convert", "-q", "--tile-size", "200", h5ad, out).exit_code == 0
+    result = run("info", out)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    for fragment in (
+        "cells       500",
+        "genes       120",
+        "3 tiles of up to 200 cells, 8 chunks each, zstd level 19",
+        "bytes per nonzero",
+        "genes sorted by decreasing total counts",
+        "var.parquet, 120 rows: gene_ids (",  # string or large_string, by pandas version
+        "mito (bool); var_names.txt",
+        "cell names and 4 columns in 1 shard",
+        "cell_type     category, 6 categories",
+        "total_counts  numeric, int64",
+        '"source": "counts.h5ad"',
+    ):
+        assert fragment in text, text
+
+
+def test_info_errors(tmp_path):
+    assert_one_line_error(run("info", tmp_path / "nope"), "no such file")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run("info", tmp_path / "empty"), "manifest.json")
+
+
+@needs_conformance
+@pytest.mark.parametrize("name", ["version_1", "wrong_format", "counts_inconsistent", "no_manifest"])
+def test_info_on_broken_datasets(name):
+    assert_one_line_error(run("info", CONFORMANCE / name), "manifest.json")
+
+
+# ---------------------------------------------------------------------- validate
+
+
+@needs_conformance
+def test_validate_conformance_complete():
+    result = run("validate", CONFORMANCE / "complete")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok: ")
+    assert "11 of 11 tiles" in result.stdout
+    assert "4 of 4 obs shards" in result.stdout
+    assert "tiles" in result.stderr  # the progress bar
+    doc = json.loads(run("validate", "--json", CONFORMANCE / "complete").stdout)
+    assert doc["ok"] is True
+    assert doc["problems"] == []
+
+
+@needs_conformance
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("missing_tile", "tiles/tile_000001.dct: missing"),
+        ("counts_inconsistent", "manifest.json: field tile_cells sums to 2600 but field n_cells is 2601"),
+        ("obs_shard_tampered", "obs/obs_0000.parquet: SHA-256 is"),
+        ("tile_cells_wrong", "tiles/tile_000010.dct: holds 40 cells but manifest.json field tile_cells[10] says 256"),
+        ("version_1", "manifest.json: field version is 1"),
+        ("wrong_format", "manifest.json: field format is 'something-else'"),
+        ("no_manifest", "manifest.json: missing"),
+    ],
+)
+def test_validate_conformance_broken(name, expected):
+    result = run("validate", "-q", CONFORMANCE / name)
+    assert result.exit_code == 1, result.output
+    assert f"  {expected}" in result.stdout
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("error: ")
+    doc = json.loads(run("validate", "--json", CONFORMANCE / name).stdout)
+    assert doc["ok"] is False
+    assert any(f"{p['object']}: {p['message']}".startswith(expected) for p in doc["problems"])
+
+
+def test_validate_lists_every_problem(h5ad, tmp_path):
+    out = tmp_path / "out"
+    assert run("convert", "-q", "--tile-size", "100", h5ad, out).exit_code == 0
+    tile = out / "tiles" / "tile_000001.dct"
+    blob = bytearray(tile.read_bytes())
+    blob[-2] ^= 0x40
+    tile.write_bytes(bytes(blob))
+    last = out / "tiles" / "tile_000004.dct"
+    last.write_bytes(last.read_bytes()[:-1])
+    result = run("validate", "-q", "-j", "2", out)
+    assert result.exit_code == 1
+    problems = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert any(p.startswith("tiles/tile_000001.dct: CRC-32") for p in problems), problems
+    assert any(p.startswith("tiles/tile_000004.dct: size is") and "tile_bytes[4]" in p for p in problems), problems
+    assert "problems" in result.stdout
+    assert_one_line_error(result, "not a valid deltacells dataset")
+
+
+# ---------------------------------------------------------------------- demo
+
+
+def test_demo_keeps_dataset_and_cache_beside_it(tmp_path):
+    out = tmp_path / "demo.deltacells"
+    result = run("demo", "--cells", "700", "--genes", "300", "--tile-size", "128", "--level", "3", "--out", out)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "identical to the source: True" in text
+    assert text.count("identical: True") == 3
+    for fragment in (
+        "warm-up",
+        "loads the compiled decoding kernels",
+        "bytes per nonzero",
+        "as gzip h5ad",
+        "cells/s",
+        "M nonzeros/s",
+        "calculate_qc_metrics",
+        "highly_variable_genes",
+        "pca",
+        "of 6 tiles",
+    ):
+        assert fragment in text, text
+    assert "from 1 of 6 tiles" in text  # the consecutive cells
     ds = dc.open_dataset(out)
     assert ds.shape == (700, 300)
     assert ds.n_tiles == 6
     assert ds.manifest.metadata["source"] == "deltacells demo"
+    assert ds.manifest.has_obs and ds.manifest.has_gene_order
+    assert (tmp_path / "demo.deltacells.obs-cache").is_dir()  # beside --out, not in the user's cache
+    assert validate_ok(out)
     # Genes were written by decreasing totals.
     totals = np.asarray(ds.read_rows(dtype=np.int64).sum(axis=0)).ravel()
     assert np.all(np.diff(totals) <= 0)
 
 
-def test_help_and_version():
-    runner = CliRunner()
-    assert "demo" in runner.invoke(main, ["--help"]).output
-    result = runner.invoke(main, ["--version"])
-    assert result.exit_code == 0
-    assert dc.__version__ in result.output
+def validate_ok(path: Path) -> bool:
+    from deltacells.validate import validate_dataset
+
+    return validate_dataset(path).ok
+
+
+def test_demo_in_a_temporary_directory():
+    result = run("demo", "--cells", "300", "--genes", "100", "--tile-size", "100", "--level", "1", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    assert "identical to the source: True" in result.stdout

@@ -71,7 +71,7 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
 def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int) -> None:
     row = int(np.searchsorted(csr.indptr, position, side="right")) - 1
     gene = int(csr.indices[position])
-    value = csr.data[position]
+    value = csr.data[position].item()
     if not np.isfinite(value) or value != np.floor(value):
         problem = "is not a whole number"
     else:

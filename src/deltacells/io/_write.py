@@ -103,7 +103,7 @@ def write_deltacells(
 
     n_cells, n_genes = source.n_rows, source.n_cols
     block_rows = max(tile_size, 4096)
-    bar = _progress_bar(n_cells * (2 if reorder_genes else 1), enabled=progress)
+    bar = _progress_bar(n_cells, enabled=progress)
     try:
         gene_order = None
         if reorder_genes:
@@ -116,6 +116,7 @@ def write_deltacells(
                 first_row += counts.shape[0]
                 bar.update(counts.shape[0])
             gene_order = np.argsort(-totals, kind="stable")
+            bar.reset(total=n_cells)
         bar.set_description("tiles")
         writer = TileWriter(
             store,
