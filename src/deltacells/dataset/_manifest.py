@@ -19,6 +19,13 @@ from deltacells.errors import FormatError
 FORMAT_NAME = "deltacells-dataset"
 FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
+#: The optional files of a dataset (relative paths), each with the manifest flag that says whether it exists.
+SIDECAR_FLAGS = {
+    "gene_order.npy": "has_gene_order",
+    "var_names.txt": "has_var_names",
+    "var.parquet": "has_var_table",
+    "obs/schema.json": "has_obs",
+}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT = re.compile(r"^[0-9a-f]{24}$")
 _WHERE = MANIFEST_NAME
@@ -218,12 +225,7 @@ class Manifest:
 
     def expected_files(self) -> dict[str, bool]:
         """Which optional files the flags say exist, by relative path."""
-        return {
-            "gene_order.npy": self.has_gene_order,
-            "var_names.txt": self.has_var_names,
-            "var.parquet": self.has_var_table,
-            "obs/schema.json": self.has_obs,
-        }
+        return {name: getattr(self, flag) for name, flag in SIDECAR_FLAGS.items()}
 
 
 def _parse_obs_fields(doc: dict[str, Any], n_tiles: int, where: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from deltacells.codec import DecodedTile, decode_tile
 from deltacells.dataset._cache import TileCache
 from deltacells.dataset._gather import gather_rows
 from deltacells.dataset._indexing import normalize_rows
-from deltacells.dataset._manifest import MANIFEST_NAME, Manifest, tile_path
+from deltacells.dataset._manifest import MANIFEST_NAME, SIDECAR_FLAGS, Manifest, tile_path
 from deltacells.errors import DatasetNotFoundError, FormatError, MissingObjectError, warn
 from deltacells.storage import Store
 
@@ -79,12 +79,7 @@ def _check_optional_files(store: Store, manifest: Manifest) -> None:
     for name, flagged in manifest.expected_files().items():
         here = (name.split("/", 1)[1] in obs_present) if name.startswith("obs/") else (name in present)
         if flagged != here:
-            flag = {
-                "gene_order.npy": "has_gene_order",
-                "var_names.txt": "has_var_names",
-                "var.parquet": "has_var_table",
-                "obs/schema.json": "has_obs",
-            }[name]
+            flag = SIDECAR_FLAGS[name]
             state = "missing" if flagged else "present"
             msg = f"{store.url}/{MANIFEST_NAME}: field {flag} is {str(flagged).lower()} but {name} is {state}"
             raise FormatError(msg)

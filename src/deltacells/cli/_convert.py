@@ -1,0 +1,231 @@
+"""``deltacells convert``: an h5ad, zarr, 10x h5/mtx, loom or deltacells input to a dataset, with a summary."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from deltacells import __version__
+from deltacells.cli._errors import USER_ERRORS, CLIError, error_message
+from deltacells.cli._format import format_size, plural
+from deltacells.cli._info import sidecar_bytes
+from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
+from deltacells.cli._options import parse_storage_options, storage_option
+
+if TYPE_CHECKING:
+    from deltacells.dataset import Dataset
+
+
+@click.command(short_help="Convert h5ad, zarr, 10x h5/mtx or loom to a dataset.")
+@click.argument("source", metavar="IN", type=click.Path(path_type=Path))
+@click.argument("out", metavar="OUT")
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(INPUT_FORMATS),
+    default="auto",
+    show_default=True,
+    help="Format of IN (auto: from its name and contents).",
+)
+@click.option("--tile-size", type=click.IntRange(min=1), default=2048, show_default=True, help="Cells per tile.")
+@click.option(
+    "--n-chunks", type=click.IntRange(min=1), default=8, show_default=True, help="Chunks per tile (parallel decoding)."
+)
+@click.option(
+    "--level",
+    type=click.IntRange(1, 22),
+    default=19,
+    show_default=True,
+    help="zstd level: higher is smaller and slower to write, not slower to read.",
+)
+@click.option("--layer", default=None, help="Write this layer instead of X.")
+@click.option("--raw", is_flag=True, help="Write raw.X (with raw.var) instead of X.")
+@click.option(
+    "--no-reorder-genes",
+    is_flag=True,
+    help="Keep the input gene order (by default genes are sorted by decreasing total counts: smaller, faster).",
+)
+@click.option(
+    "--obs-columns",
+    multiple=True,
+    metavar="NAMES",
+    help="obs columns to store: comma-separated and/or repeated (default: all). The cell names are always stored.",
+)
+@click.option("--no-obs", is_flag=True, help="Store no obs column (only the cell names).")
+@click.option(
+    "--max-categories",
+    type=click.IntRange(min=0),
+    default=20_000,
+    show_default=True,
+    help="Categorical obs columns with more categories are stored as strings.",
+)
+@click.option(
+    "--obs-tiles-per-file",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Tiles (parquet row groups) per obs shard.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing dataset at OUT.")
+@click.option(
+    "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Threads encoding tiles (default: the usable CPUs)."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar (the summary is still printed).")
+@storage_option("OUT")
+def convert(
+    source: Path,
+    out: str,
+    input_format: str,
+    tile_size: int,
+    n_chunks: int,
+    level: int,
+    layer: str | None,
+    raw: bool,
+    no_reorder_genes: bool,
+    obs_columns: tuple[str, ...],
+    no_obs: bool,
+    max_categories: int,
+    obs_tiles_per_file: int,
+    overwrite: bool,
+    jobs: int | None,
+    quiet: bool,
+    storage_options: str | None,
+) -> None:
+    """Convert IN (h5ad, zarr, 10x h5, 10x mtx directory, loom or deltacells) to a dataset at OUT.
+
+    h5ad is read backed (streamed, never loaded whole), zarr lazily; 10x and loom files are read with
+    scanpy / anndata. OUT is a directory or an fsspec URL. A summary (sizes, bytes per nonzero, ratio to
+    the input, time) is printed at the end.
+    """
+    import tempfile
+
+    from deltacells.io import write_deltacells
+
+    if not source.exists():
+        msg = f"{source}: no such file or directory"
+        raise FileNotFoundError(msg)
+    fmt = detect_format(source) if input_format == "auto" else input_format
+    columns = _parse_obs_columns(obs_columns, no_obs=no_obs)
+    options = parse_storage_options(storage_options)
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="deltacells-convert-") as tmp, read_input(source, fmt, tmp) as adata:
+            t_open = time.perf_counter() - t0
+            gene_names = [str(name) for name in (adata.raw.var_names if raw else adata.var_names)]
+            write_deltacells(
+                adata,
+                out,
+                layer=layer,
+                raw=raw,
+                reorder_genes=not no_reorder_genes,
+                tile_size=tile_size,
+                n_chunks=n_chunks,
+                level=level,
+                obs_columns=columns,
+                max_categories=max_categories,
+                obs_tiles_per_file=obs_tiles_per_file,
+                metadata={"source": source.name, "source_format": fmt, "converted_by": f"deltacells {__version__}"},
+                overwrite=overwrite,
+                threads=jobs,
+                progress=not quiet,
+                storage_options=options,
+            )
+    except USER_ERRORS as exc:
+        raise CLIError(_in_cli_terms(error_message(exc))) from exc
+    elapsed = time.perf_counter() - t0
+    from deltacells.dataset import open_dataset
+
+    dataset = open_dataset(out, storage_options=options)
+    _check_gene_names(dataset, gene_names)
+    _print_convert_summary(dataset, source, fmt, elapsed, t_open)
+
+
+def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
+    """The gene names written must be the input's (in the dataset's order): a cheap end-to-end check.
+
+    Raises
+    ------
+    CLIError
+        After removing the manifest (so that no reader accepts the dataset), if they are not.
+    """
+    names = dataset.var_names()
+    if names is None:
+        return
+    order = dataset.gene_order()
+    want = expected if order is None else [expected[j] for j in order]
+    if names != want:
+        with contextlib.suppress(OSError):
+            dataset.store.remove("manifest.json")
+        msg = (
+            f"{dataset.store.url}: the gene names written do not match the input's (a bug in deltacells; "
+            "please report it); the dataset was left without its manifest.json"
+        )
+        raise CLIError(msg)
+
+
+#: How write_deltacells' messages name its arguments, and the options that set them.
+_CLI_TERMS = (
+    ("pass overwrite=True", "pass --overwrite"),
+    ("layer='counts' or raw=True", "--layer counts or --raw"),
+    ("pass either layer= or raw=True", "pass either --layer or --raw"),
+    ("raw=True but", "--raw but"),
+    ("obs_columns [", "--obs-columns ["),
+)
+
+
+def _in_cli_terms(message: str) -> str:
+    for api, option in _CLI_TERMS:
+        message = message.replace(api, option)
+    return message
+
+
+def _parse_obs_columns(values: tuple[str, ...], *, no_obs: bool) -> list[str] | None:
+    if no_obs:
+        if values:
+            msg = "pass either --obs-columns or --no-obs, not both"
+            raise click.UsageError(msg)
+        return []
+    if not values:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _print_convert_summary(dataset: Dataset, source: Path, fmt: str, elapsed: float, t_open: float) -> None:
+    m = dataset.manifest
+    tiles = int(m.tile_bytes.sum())
+    obs = int(sum(m.obs_shard_bytes))
+    total = tiles + obs + sidecar_bytes(dataset)
+    in_size = _input_size(source)
+    per_nnz = f"{tiles / m.nnz:.2f} bytes per nonzero in the tiles" if m.nnz else "no nonzeros"
+    if in_size >= total:
+        ratio = f"{in_size / max(total, 1):.1f}x smaller than the input"
+    else:
+        ratio = f"{total / max(in_size, 1):.1f}x the size of the input"
+    obs_part = f"; obs in {plural(m.n_obs_shards, 'shard')}" if m.has_obs else ""
+    click.echo(f"converted   {source} ({fmt}, {format_size(in_size)}) -> {dataset.store.url}")
+    click.echo(f"cells       {m.n_cells:,}")
+    click.echo(f"genes       {m.n_genes:,}{'' if m.has_gene_order else ' (input order kept)'}")
+    click.echo(f"nonzeros    {m.nnz:,}")
+    click.echo(
+        f"tiles       {plural(m.n_tiles, 'tile')} of up to {m.tile_size:,} cells, {m.n_chunks} chunks each, "
+        f"zstd level {m.zstd_level}{obs_part}"
+    )
+    click.echo(
+        f"written     {format_size(total)}: tiles {format_size(tiles)}, obs {format_size(obs)}, "
+        f"other files {format_size(total - tiles - obs)}"
+    )
+    click.echo(f"size        {per_nnz}; {ratio} ({format_size(in_size)})")
+    click.echo(
+        f"time        {elapsed:.1f} s ({m.n_cells / max(elapsed, 1e-9):,.0f} cells/s): opening the input "
+        f"{t_open:.1f} s, converting {elapsed - t_open:.1f} s"
+    )
+
+
+def _input_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,0 +1,77 @@
+"""How the command line reports problems: user errors as one line, ``error: <message>``, and warnings.
+
+Errors the user can act on (a missing input, an existing output, data that are not counts, a malformed
+dataset...) are printed as ``error: <message>`` on stderr, with exit status 1 and no traceback; warnings
+as ``warning: <message>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from deltacells.errors import FormatError
+
+#: Exceptions reported as ``error: <message>`` rather than with a traceback.
+USER_ERRORS = (FormatError, FileExistsError, FileNotFoundError, ValueError, TypeError, KeyError, OSError, ImportError)
+
+
+class CLIError(click.ClickException):
+    """An error reported as one line, ``error: <message>``, with exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        """Print ``error: <message>`` to stderr."""
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+def error_message(exc: BaseException) -> str:
+    """The one-line message that reports ``exc`` to the user.
+
+    Parameters
+    ----------
+    exc
+        One of :data:`USER_ERRORS`.
+
+    Returns
+    -------
+    str
+        Its message on one line (a ``KeyError``'s unquoted; an ``ImportError``'s naming the package to
+        install), or the name of its type when it has none.
+    """
+    # str(KeyError) would quote the message.
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) else str(exc)
+    if isinstance(exc, ImportError) and getattr(exc, "name", None):
+        text = f"{text} (install the package {exc.name!r} to read this format)"
+    return " ".join(text.split("\n")).strip() or type(exc).__name__
+
+
+class ErrorReportingGroup(click.Group):
+    """A group whose commands report user errors as ``error: <message>`` and warnings as ``warning: ...``."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Invoke the command, turning :data:`USER_ERRORS` into :class:`CLIError` and showing warnings."""
+        with cli_warnings():
+            try:
+                return super().invoke(ctx)
+            except USER_ERRORS as exc:
+                raise CLIError(error_message(exc)) from exc
+
+
+@contextlib.contextmanager
+def cli_warnings() -> Iterator[None]:
+    """Show warnings once each as ``warning: <message>`` on stderr (deprecations of libraries hidden)."""
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        click.echo(f"warning: {message}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)  # API changes: for programmers, not for the CLI
+        warnings.showwarning = show
+        yield

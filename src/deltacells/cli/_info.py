@@ -1,0 +1,215 @@
+"""``deltacells info``: a summary of a dataset from its manifest and small files (``--json`` for scripts)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from deltacells.cli._format import format_size, plural
+from deltacells.cli._options import parse_storage_options, storage_option
+from deltacells.errors import FormatError
+
+if TYPE_CHECKING:
+    from deltacells.dataset import Dataset
+
+#: Version of the JSON object printed by ``deltacells info --json``.
+INFO_JSON_VERSION = 1
+
+
+def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``deltacells info --json`` prints: a summary of a dataset, from its manifest and small files.
+
+    No tile is decoded and no obs column is localized (the obs columns come from ``obs/schema.json``).
+
+    Returns
+    -------
+    dict
+        A JSON-ready object with these keys (``info_version`` 1; keys are only ever added):
+
+        * ``info_version`` (1), ``path``, ``format`` (``"deltacells-dataset"``), ``version`` (2);
+        * ``n_cells``, ``n_genes``, ``n_tiles``, ``tile_size``, ``n_chunks``, ``zstd_level``, ``nnz``,
+          ``density`` (nonzeros / cells x genes);
+        * ``tile_bytes`` (sum of the tiles), ``obs_bytes`` (sum of the obs shards), ``other_bytes`` (manifest
+          and sidecar files), ``total_bytes``, ``bytes_per_nonzero`` (``tile_bytes / nnz``, null without
+          nonzeros);
+        * ``has_gene_order``, ``has_var_names``, ``has_var_table``, ``has_obs``;
+        * ``var``: null, or ``{"n_rows", "columns": [{"name", "arrow_type"}]}`` from ``var.parquet``
+          (index excluded);
+        * ``obs``: null, or ``{"n_shards", "tiles_per_file", "fingerprint", "has_index", "columns":
+          [{"name", "kind", "arrow_type", "n_categories", "ordered"}]}`` (``_index``, the cell names, excluded;
+          ``n_categories`` is null except for kind ``category``);
+        * ``metadata``: the manifest's free-form metadata.
+    """
+    from deltacells.dataset import open_dataset
+
+    dataset = open_dataset(path, storage_options=storage_options)
+    m = dataset.manifest
+    tile_bytes = int(m.tile_bytes.sum())
+    obs_bytes = int(sum(m.obs_shard_bytes))
+    other = sidecar_bytes(dataset)
+    cells_genes = m.n_cells * m.n_genes
+    return {
+        "info_version": INFO_JSON_VERSION,
+        "path": dataset.store.url,
+        "format": "deltacells-dataset",
+        "version": 2,
+        "n_cells": m.n_cells,
+        "n_genes": m.n_genes,
+        "n_tiles": m.n_tiles,
+        "tile_size": m.tile_size,
+        "n_chunks": m.n_chunks,
+        "zstd_level": m.zstd_level,
+        "nnz": m.nnz,
+        "density": m.nnz / cells_genes if cells_genes else 0.0,
+        "tile_bytes": tile_bytes,
+        "obs_bytes": obs_bytes,
+        "other_bytes": other,
+        "total_bytes": tile_bytes + obs_bytes + other,
+        "bytes_per_nonzero": tile_bytes / m.nnz if m.nnz else None,
+        "has_gene_order": m.has_gene_order,
+        "has_var_names": m.has_var_names,
+        "has_var_table": m.has_var_table,
+        "has_obs": m.has_obs,
+        "var": _var_info(dataset),
+        "obs": _obs_info(dataset),
+        "metadata": m.metadata,
+    }
+
+
+def _var_info(dataset: Dataset) -> dict[str, Any] | None:
+    if not dataset.manifest.has_var_table:
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = f"{dataset.store.url}/var.parquet"
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(dataset.store.read("var.parquet")))
+        schema = parquet.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        msg = f"{where}: not a readable parquet table ({exc})"
+        raise FormatError(msg) from exc
+    index_columns: set[str] = set()
+    pandas_meta = (schema.metadata or {}).get(b"pandas")
+    if pandas_meta:
+        with contextlib.suppress(ValueError, TypeError):
+            index_columns = {c for c in json.loads(pandas_meta).get("index_columns", []) if isinstance(c, str)}
+    columns = [{"name": f.name, "arrow_type": str(f.type)} for f in schema if f.name not in index_columns]
+    return {"n_rows": parquet.metadata.num_rows, "columns": columns}
+
+
+def _obs_info(dataset: Dataset) -> dict[str, Any] | None:
+    m = dataset.manifest
+    if not m.has_obs:
+        return None
+    from deltacells.obs import INDEX_COLUMN, SCHEMA_NAME, ObsSchema
+
+    schema = ObsSchema.from_json(dataset.store.read(SCHEMA_NAME), where=f"{dataset.store.url}/{SCHEMA_NAME}")
+    columns = [
+        {
+            "name": c.name,
+            "kind": c.kind,
+            "arrow_type": c.arrow_type,
+            "n_categories": len(c.categories) if c.categories is not None else None,
+            "ordered": c.ordered,
+        }
+        for c in schema.columns
+        if c.name != INDEX_COLUMN
+    ]
+    return {
+        "n_shards": m.n_obs_shards,
+        "tiles_per_file": m.obs_tiles_per_file,
+        "fingerprint": m.obs_fingerprint,
+        "has_index": schema.has_index,
+        "columns": columns,
+    }
+
+
+def sidecar_bytes(dataset: Dataset) -> int:
+    """Sizes of the manifest, gene order, var and obs schema files that are present."""
+    total = 0
+    for name in ("manifest.json", "gene_order.npy", "var_names.txt", "var.parquet", "obs/schema.json"):
+        with contextlib.suppress(OSError):
+            total += dataset.store.size(name)
+    return total
+
+
+@click.command(short_help="Summarise a dataset (--json for scripts).")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (documented in deltacells.cli).")
+@storage_option("PATH")
+def info(path: str, as_json: bool, storage_options: str | None) -> None:
+    """Summarise the dataset at PATH: shape, tiles, sizes, gene order, var, obs columns, metadata.
+
+    Only the manifest and the small files are read: no tile is decoded and no obs column is fetched.
+    With --json, one JSON object with the keys info_version, path, format, version, n_cells, n_genes,
+    n_tiles, tile_size, n_chunks, zstd_level, nnz, density, tile_bytes, obs_bytes, other_bytes,
+    total_bytes, bytes_per_nonzero, has_gene_order, has_var_names, has_var_table, has_obs, var, obs and
+    metadata (see deltacells.cli.dataset_info).
+    """
+    _require_local_exists(path)
+    doc = dataset_info(path, storage_options=parse_storage_options(storage_options))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for line in _info_lines(doc):
+        click.echo(line)
+
+
+def _require_local_exists(path: str) -> None:
+    if "://" not in path and not Path(path).exists():
+        msg = f"{path}: no such file or directory"
+        raise FileNotFoundError(msg)
+
+
+def _info_lines(doc: dict[str, Any]) -> list[str]:
+    n_tiles, tile_size = doc["n_tiles"], doc["tile_size"]
+    per_nnz = f" ({doc['bytes_per_nonzero']:.2f} bytes per nonzero)" if doc["bytes_per_nonzero"] is not None else ""
+    lines = [
+        f"{doc['path']}",
+        f"  format      {doc['format']} version {doc['version']}",
+        f"  cells       {doc['n_cells']:,}",
+        f"  genes       {doc['n_genes']:,}",
+        f"  tiles       {plural(n_tiles, 'tile')} of up to {tile_size:,} cells, {doc['n_chunks']} chunks each, "
+        f"zstd level {doc['zstd_level']}",
+        f"  nonzeros    {doc['nnz']:,} ({100 * doc['density']:.2f}% of the entries)",
+        f"  stored      {format_size(doc['total_bytes'])}: tiles {format_size(doc['tile_bytes'])}{per_nnz}, "
+        f"obs {format_size(doc['obs_bytes'])}, other files {format_size(doc['other_bytes'])}",
+        "  gene order  "
+        + ("genes sorted by decreasing total counts (gene_order.npy)" if doc["has_gene_order"] else "input order"),
+    ]
+    var = doc["var"]
+    var_parts = []
+    if var is not None:
+        cols = ", ".join(f"{c['name']} ({c['arrow_type']})" for c in var["columns"]) or "no columns"
+        var_parts.append(f"var.parquet, {var['n_rows']:,} rows: {cols}")
+    if doc["has_var_names"]:
+        var_parts.append("var_names.txt")
+    lines.append("  var         " + ("; ".join(var_parts) if var_parts else "none (genes are named 0 .. n-1)"))
+    obs = doc["obs"]
+    if obs is None:
+        lines.append("  obs         none")
+    else:
+        n_cols = len(obs["columns"])
+        what = f"{n_cols} column{'s' if n_cols != 1 else ''}"
+        if obs["has_index"]:
+            what = f"cell names and {what}" if n_cols else "cell names only"
+        lines.append(
+            f"  obs         {what} in {plural(obs['n_shards'], 'shard')} ({obs['tiles_per_file']:,} tiles per "
+            f"shard), fingerprint {obs['fingerprint']}"
+        )
+        width = max((len(c["name"]) for c in obs["columns"]), default=0)
+        for c in obs["columns"]:
+            what = c["kind"]
+            if c["kind"] == "category":
+                what += f", {c['n_categories']:,} categories{' (ordered)' if c['ordered'] else ''}"
+            elif c["kind"] == "numeric":
+                what += f", {c['arrow_type']}"
+            lines.append(f"                {c['name']:<{width}}  {what}")
+    lines.append(f"  metadata    {json.dumps(doc['metadata'])}")
+    return lines

@@ -1,0 +1,50 @@
+"""Options shared by several commands: ``--storage-options`` (fsspec options as JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """The value of ``--storage-options`` as a dict.
+
+    Parameters
+    ----------
+    text
+        The option's value, a JSON object (``None`` when not given).
+
+    Returns
+    -------
+    dict or None
+        The fsspec options, or ``None`` when the option was not given.
+
+    Raises
+    ------
+    click.BadParameter
+        When ``text`` is not a JSON object.
+    """
+    if text is None:
+        return None
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"--storage-options must be a JSON object, e.g. '{{\"anon\": true}}' ({exc})"
+        raise click.BadParameter(msg) from exc
+    if not isinstance(options, dict):
+        msg = "--storage-options must be a JSON object, e.g. '{\"anon\": true}'"
+        raise click.BadParameter(msg)
+    return options
+
+
+def storage_option(what: str) -> Any:
+    """The ``--storage-options`` option, for the remote ``what`` (an argument's metavar, e.g. ``"PATH"``)."""
+    return click.option(
+        "--storage-options",
+        "storage_options",
+        metavar="JSON",
+        default=None,
+        help=f"fsspec options for a remote {what}, as a JSON object (e.g. '{{\"anon\": true}}').",
+    )

@@ -1,0 +1,34 @@
+"""Deep validation of a dataset: every object fetched, decoded and checked against the manifest.
+
+:func:`validate_dataset` is what ``deltacells validate`` runs. Unlike reading, which stops at the first
+problem, it collects every problem it finds (the object at fault and what is wrong with it) and returns
+them in a :class:`ValidationReport`; it never raises for a malformed dataset.
+
+What is checked (FORMAT.md, DECISIONS.md):
+
+* ``manifest.json``: present, JSON, the right format and version, every field and the counts consistent
+  with each other. When the strict parse fails, the fields that can still be read are used for the
+  checks below, so that one bad count does not hide the state of the tiles.
+* tiles: each one fetched and decoded with every rule of the format checked (header, CRC-32, chunk
+  table, frames, gene range...), its size against ``tile_bytes``, and its cells, nonzeros and
+  ``n_genes`` against ``tile_cells``, ``tile_nnz`` and ``n_genes``; tile files the manifest does not
+  list are reported too.
+* obs: ``obs/schema.json`` parsed; ``obs_fingerprint`` recomputed from the schema text, ``tile_cells``
+  and the manifest's shard SHA-256s; each shard's size and SHA-256 against the manifest, its columns
+  and Arrow types against the schema, one row group per tile with ``tile_cells[t]`` rows, every row
+  group readable and every category code within its vocabulary.
+* sidecars: the ``has_*`` flags against the files present; ``gene_order.npy`` an ``int32`` permutation
+  of ``0 .. n_genes - 1``; ``var_names.txt`` UTF-8 with ``n_genes`` lines; ``var.parquet`` readable with
+  ``n_genes`` rows.
+
+One module per concern: ``_report`` (what is found), ``_access`` (reads that record failures), ``_manifest``
+(what the manifest promises), ``_listing`` (the files present), ``_sidecars``, ``_tiles``, ``_obs``; ``_run``
+runs them in order.
+"""
+
+from __future__ import annotations
+
+from deltacells.validate._report import Problem, ValidationReport
+from deltacells.validate._run import validate_dataset
+
+__all__ = ["Problem", "ValidationReport", "validate_dataset"]
