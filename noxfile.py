@@ -38,3 +38,17 @@ def bench(session: nox.Session) -> None:
     """Run the benchmark scripts (timings are printed, never asserted)."""
     session.install("-e.")
     session.run("python", "benchmarks/bench_decode.py", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def docs(session: nox.Session) -> None:
+    """Build the HTML documentation with warnings as errors, executing every tutorial (myst-nb)."""
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "doc"))
+    session.run("sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def tutorials(session: nox.Session) -> None:
+    """Execute the tutorials top to bottom outside Sphinx (tutorials/execute.py: jupytext + nbclient)."""
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "doc"))
+    session.run("python", "tutorials/execute.py", "--out", session.create_tmp(), *session.posargs)

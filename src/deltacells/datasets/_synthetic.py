@@ -29,7 +29,8 @@ def synthetic_counts(
     Genes have heavy-tailed mean expression (a few very highly expressed, most rare),
     cells belong to cell types with their own marker genes, library sizes vary
     log-normally, and counts are negative-binomial (gamma-Poisson) around the
-    resulting means, so about 5-15% of entries are nonzero, as in 10x data.
+    resulting means. The share of nonzero entries depends on the number of genes: about 9% with
+    20,000 genes (as in 10x data), 20% with 5,000, 35% with 1,000.
 
     Parameters
     ----------

@@ -75,7 +75,7 @@ def read_deltacells(
     Returns
     -------
     anndata.AnnData
-        ``X`` is a :class:`~deltacells.io.TiledCSRDataset`; ``uns["deltacells"]`` holds
+        ``X`` is a :class:`~deltacells.TiledCSRDataset`; ``uns["deltacells"]`` holds
         the manifest's settings and metadata, and the gene order when there is one.
 
     Examples

@@ -190,6 +190,10 @@ def _warn_dropped(adata: ad.AnnData, *, layer: str | None, raw: bool) -> None:
 
 
 def _progress_bar(total: int, *, enabled: bool) -> Any:
+    if not enabled:  # tqdm.auto warns in notebooks without ipywidgets: import it only when a bar is wanted
+        from tqdm import tqdm
+
+        return tqdm(total=total, disable=True)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="cells", unit_scale=True, disable=not enabled, dynamic_ncols=True)
+    return tqdm(total=total, unit="cells", unit_scale=True, dynamic_ncols=True)

@@ -127,7 +127,7 @@ class ObsStore:
 
     @property
     def directory(self) -> Path:
-        """Where this obs's columns are cached: ``<cache>/<fingerprint>/obs``."""
+        """The directory of this obs's cached columns, ``<cache>/<fingerprint>/obs``."""
         self._require_obs()
         return self.cache_dir / str(self.manifest.obs_fingerprint) / "obs"
 
@@ -190,7 +190,8 @@ class ObsStore:
         Returns
         -------
         pandas.Series
-            Named ``name``, with the dtype written (see :mod:`deltacells.obs._decode`).
+            Named ``name``, with the pandas dtype it was written with (categoricals with their
+            categories, nullable dtypes for numbers and booleans with missing values, strings).
         """
         self._check_names([name])
         arrays = self._arrays([name, *self._index_names()])
@@ -235,7 +236,7 @@ class ObsStore:
 
     @property
     def index(self) -> pd.Index:
-        """The obs names: column ``_index``, or ``"0" .. "n-1"`` without one (as anndata does)."""
+        """The obs names (column ``_index``, or ``"0" .. "n-1"`` without one, as anndata does)."""
         return self._index(self._arrays(self._index_names()))
 
     # ------------------------------------------------------------------ internals: schema

@@ -50,7 +50,7 @@ class ObsWriteResult:
     schema: ObsSchema
 
     def manifest_fields(self) -> dict[str, Any]:
-        """The keyword arguments of :class:`~deltacells.dataset.Manifest` that describe this obs."""
+        """The keyword arguments of :class:`~deltacells.Manifest` that describe this obs."""
         return {
             "has_obs": True,
             "obs_tiles_per_file": self.obs_tiles_per_file,
