@@ -98,8 +98,8 @@ class Manifest:
         """Parse and check the text of ``manifest.json``."""
         try:
             doc = json.loads(text)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            msg = f"{where}: not valid JSON ({exc})"
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, huge ints, deep nesting
+            msg = f"{where}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
             raise FormatError(msg) from exc
         return cls.from_dict(doc, where=where)
 
@@ -135,7 +135,7 @@ class Manifest:
         n_chunks = _int(doc, "n_chunks", where, minimum=0)
         zstd_level = _int(doc, "zstd_level", where, minimum=-(2**31))
 
-        total = int(tile_cells.sum())
+        total = sum(int(x) for x in tile_cells)  # Python ints: an int64 sum could wrap around
         if total != n_cells:
             msg = f"{where}: field tile_cells sums to {total} but field n_cells is {n_cells}"
             raise FormatError(msg)

@@ -152,8 +152,8 @@ class ObsColumn:
             msg = f"{where}: columns[{position}] must be a JSON object, not {type(doc).__name__}"
             raise FormatError(msg)
         name = doc.get("name")
-        if not isinstance(name, str):
-            msg = f"{where}: columns[{position}] field name must be a string, not {name!r}"
+        if not isinstance(name, str) or not _is_utf8(name):
+            msg = f"{where}: columns[{position}] field name must be a string (valid UTF-8), not {name!r}"
             raise FormatError(msg)
         at = f"{where}: column {name!r}"
         kind = doc.get("kind")
@@ -161,6 +161,9 @@ class ObsColumn:
             msg = f"{at}: field kind is {kind!r}, must be one of {', '.join(KINDS)}"
             raise FormatError(msg)
         type_name = doc.get("arrow_type")
+        if not isinstance(type_name, str):
+            msg = f"{at}: field arrow_type must be a string, not {type_name!r}"
+            raise FormatError(msg)
         categories = _check_categories(doc, kind, at)
         _check_arrow_type(type_name, kind, categories, at)
         ordered = doc.get("ordered", False)
@@ -222,6 +225,15 @@ def _check_categories(doc: dict[str, Any], kind: str, at: str) -> tuple[Any, ...
             msg = f"{at}: field categories holds {duplicate!r} twice; categories must be unique"
             raise FormatError(msg)
     return tuple(categories)
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (JSON allows lone surrogates, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_arrow_type(type_name: Any, kind: str, categories: tuple[Any, ...] | None, at: str) -> None:
@@ -315,8 +327,8 @@ class ObsSchema:
         """
         try:
             doc = json.loads(text)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            msg = f"{where}: not valid JSON ({exc})"
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, huge ints, deep nesting
+            msg = f"{where}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
             raise FormatError(msg) from exc
         return cls.from_dict(doc, where=where)
 
