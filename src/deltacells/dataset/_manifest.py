@@ -125,7 +125,7 @@ class Manifest:
             msg = f"{where}: field version is {version!r}; this reader understands version {FORMAT_VERSION} only"
             raise FormatError(msg)
 
-        n_cells = _int(doc, "n_cells", where, minimum=0)
+        n_cells = _int(doc, "n_cells", where, minimum=0, maximum=2**63 - 1)
         n_genes = _int(doc, "n_genes", where, minimum=1, maximum=2**31)
         tile_size = _int(doc, "tile_size", where, minimum=1)
         tile_cells = _int_list(doc, "tile_cells", where, minimum=0)

@@ -343,7 +343,7 @@ def check_output(store: Store, *, overwrite: bool) -> None:
         msg = f"{store.url} exists and is not a directory; choose another output path"
         raise FileExistsError(msg)
     if present:
-        ours = present <= set(DATASET_ENTRIES)
+        ours = all(_is_ours(entry) for entry in present)
         if not overwrite:
             what = (
                 "a deltacells dataset"
@@ -357,11 +357,22 @@ def check_output(store: Store, *, overwrite: bool) -> None:
             raise FileExistsError(msg)
 
 
+def _is_ours(entry: str) -> bool:
+    """A dataset entry, or the temporary file of one that a killed writer left (``<entry>.<hex>.tmp``)."""
+    if entry in DATASET_ENTRIES:
+        return True
+    stem, _, suffix = entry.rpartition(".")
+    return suffix == "tmp" and stem.rpartition(".")[0] in DATASET_ENTRIES
+
+
 def clear_output(store: Store) -> None:
     """Remove what a previous dataset left at ``store`` (manifest first) and create the root."""
     # The manifest goes first, so that a half-removed dataset never looks complete.
     for entry in DATASET_ENTRIES:
         store.remove(entry)
+    for entry in store.listdir():
+        if _is_ours(entry):  # temporary files of a writer that was killed
+            store.remove(entry)
     store.makedirs()
 
 

@@ -28,7 +28,13 @@ from deltacells.dataset._manifest import Manifest
 from deltacells.errors import DeltaCellsError, FormatError
 from deltacells.obs._decode import to_pandas_values
 from deltacells.obs._dtypes import default_string_dtype
-from deltacells.obs._files import ColumnFileWriter, atomic_write, column_file_name, read_column_file
+from deltacells.obs._files import (
+    ColumnFileWriter,
+    atomic_write,
+    column_file_name,
+    read_column_file,
+    remove_stale_temporaries,
+)
 from deltacells.obs._fingerprint import obs_fingerprint
 from deltacells.obs._schema import INDEX_COLUMN, SCHEMA_NAME, ObsColumn, ObsSchema
 from deltacells.obs._shards import read_shard_bytes, tile_columns
@@ -314,7 +320,8 @@ class ObsStore:
     def _cached_chunks(self, name: str) -> list[pa.Array] | None:
         """The record batches of column ``name``'s cache file (one per tile), or ``None`` if it does not match."""
         column = self.schema.column(name)
-        return read_column_file(self._path(name), name, column.pa_type, self.manifest.tile_cells)
+        fingerprint = str(self.manifest.obs_fingerprint)
+        return read_column_file(self._path(name), name, column.pa_type, self.manifest.tile_cells, fingerprint)
 
     def _arrays(self, names: list[str]) -> dict[str, pa.Array]:
         """The values of columns ``names`` from the cache, localizing the ones that are not there."""
@@ -342,6 +349,8 @@ class ObsStore:
                 lock = FileLock(str(directory / LOCK_NAME))
                 lock.acquire()
             try:
+                with self._cache_io():
+                    remove_stale_temporaries(directory)
                 todo = [name for name in todo if not self._keep_or_remove(name)]
                 if todo:
                     self._fetch(todo)
@@ -366,7 +375,13 @@ class ObsStore:
         try:
             for name in names:
                 column = schema.column(name)
-                files[name] = ColumnFileWriter(self._path(name), name, column.pa_type, guard=self._cache_io)
+                files[name] = ColumnFileWriter(
+                    self._path(name),
+                    name,
+                    column.pa_type,
+                    fingerprint=str(manifest.obs_fingerprint),
+                    guard=self._cache_io,
+                )
             for shard in range(manifest.n_obs_shards):
                 sha = manifest.obs_shard_sha256[shard]
                 blob = None

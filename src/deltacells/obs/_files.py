@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ColumnFileWriter", "atomic_write", "column_file_name", "read_column_file"]
+__all__ = ["ColumnFileWriter", "atomic_write", "column_file_name", "read_column_file", "remove_stale_temporaries"]
 
 #: Longest file name stem used as is; longer quoted names are shortened and gain a hash.
 _MAX_STEM = 200
@@ -32,11 +32,18 @@ def column_file_name(name: str) -> str:
     return f"{stem}.arrow"
 
 
-def read_column_file(path: Path, name: str, arrow_type: pa.DataType, tile_cells: np.ndarray) -> list[pa.Array] | None:
+#: Schema metadata key of a cached column file: the obs fingerprint it was fetched for.
+FINGERPRINT_KEY = b"deltacells.obs_fingerprint"
+
+
+def read_column_file(
+    path: Path, name: str, arrow_type: pa.DataType, tile_cells: np.ndarray, fingerprint: str
+) -> list[pa.Array] | None:
     """Memory-map a cached column and return its record batches' values, one array per tile.
 
-    Returns ``None`` when the file is missing, unreadable or truncated, or does not hold exactly one column
-    ``name`` of ``arrow_type`` in one record batch of ``tile_cells[t]`` rows per tile.
+    Returns ``None`` when the file is missing, unreadable or truncated, was fetched for another
+    fingerprint, or does not hold exactly one column ``name`` of ``arrow_type`` in one record batch of
+    ``tile_cells[t]`` rows per tile (string offsets included: a damaged file must not crash the reader).
     """
     if not path.exists():
         return None
@@ -48,13 +55,16 @@ def read_column_file(path: Path, name: str, arrow_type: pa.DataType, tile_cells:
                 return None
             if reader.schema.names != [name] or reader.schema.field(0).type != arrow_type:
                 return None
+            if (reader.schema.metadata or {}).get(FINGERPRINT_KEY) != fingerprint.encode():
+                return None
+            full = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
             chunks = []
             for i, expected in enumerate(tile_cells):
                 batch = reader.get_batch(i)
                 if batch.num_rows != int(expected) or batch.num_columns != 1:
                     return None
                 chunk = batch.column(0)
-                chunk.validate()
+                chunk.validate(full=full)
                 chunks.append(chunk)
             return chunks
         finally:
@@ -71,11 +81,17 @@ class ColumnFileWriter:
     """
 
     def __init__(
-        self, path: Path, name: str, arrow_type: pa.DataType, *, guard: Callable[[], AbstractContextManager[None]]
+        self,
+        path: Path,
+        name: str,
+        arrow_type: pa.DataType,
+        *,
+        fingerprint: str,
+        guard: Callable[[], AbstractContextManager[None]],
     ) -> None:
         self.path = path
         self.tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
-        self.schema = pa.schema([pa.field(name, arrow_type)])
+        self.schema = pa.schema([pa.field(name, arrow_type)], metadata={FINGERPRINT_KEY: fingerprint.encode()})
         self._guard = guard
         self._done = False
         with guard():
@@ -106,6 +122,13 @@ class ColumnFileWriter:
             self._sink.close()
         with contextlib.suppress(OSError):
             self.tmp.unlink()
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Remove the temporary files of writers that died; call it holding the cache lock (no live writer then)."""
+    for tmp in directory.glob("*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def atomic_write(path: Path, data: bytes) -> None:
