@@ -52,3 +52,14 @@ def tutorials(session: nox.Session) -> None:
     """Execute the tutorials top to bottom outside Sphinx (tutorials/execute.py: jupytext + nbclient)."""
     session.install("-e.", *nox.project.dependency_groups(PROJECT, "doc"))
     session.run("python", "tutorials/execute.py", "--out", session.create_tmp(), *session.posargs)
+
+
+@nox.session(python=PYTHONS[0], default=False)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz decode_tile, manifest.json and obs/schema.json parsing (``-- --seconds 600``; default 120 s).
+
+    Uses atheris when it is installed, else a seeded random mutator; inputs that break a property are
+    saved to tests/reliability/corpus, which the test suite replays.
+    """
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))
+    session.run("python", "fuzz/fuzz_decode.py", *(session.posargs or ["--seconds", "120"]))
