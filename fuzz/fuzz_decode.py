@@ -1363,7 +1363,7 @@ def supervise(
     known = known_signatures(DEFAULT_CORPUS) | known_signatures(corpus_out)
     left = seconds
     attempt = 0
-    while left > 0.5 and attempt < 20:
+    while (left > 0.5 or attempt == 0) and attempt < 20:  # one worker at least (--min-execs)
         command = [
             sys.executable,
             str(Path(__file__).resolve()),

@@ -181,13 +181,15 @@ def test_short_fuzzing_run(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     command = [
         sys.executable, str(FUZZ_SCRIPT), "--engine", "random", "--seconds", "16", "--jobs", "2",
-        "--seed", "1", "--min-execs", "200", "--corpus-out", str(tmp_path / "found"), "--json", str(report),
+        "--seed", "1", "--min-execs", "1200", "--corpus-out", str(tmp_path / "found"), "--json", str(report),
     ]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, f"fuzzing found something new (inputs in {tmp_path / 'found'}):\n{run.stdout}"
     stats = json.loads(report.read_text())["targets"]
     tile = stats["tile"]
-    assert tile["execs"] >= 1000 and stats["manifest"]["execs"] >= 200 and stats["schema"]["execs"] >= 200
+    # at least 1200 inputs per worker whatever the machine (and the Python): the first 2 x 1200 of seed 1 are
+    # the same everywhere, and they reach every check below (the rarest three times) and 48 outcomes
+    assert tile["execs"] >= 2400 and stats["manifest"]["execs"] >= 2400 and stats["schema"]["execs"] >= 2400
     outcomes = " | ".join(tile["outcomes"])
     for check in (
         "CRC-#",
