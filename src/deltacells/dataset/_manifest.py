@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from deltacells._json import parse_json
 from deltacells.errors import FormatError
 
 FORMAT_NAME = "deltacells-dataset"
@@ -96,12 +97,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes, *, where: str = _WHERE) -> Manifest:
         """Parse and check the text of ``manifest.json``."""
-        try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, huge ints, deep nesting
-            msg = f"{where}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
-            raise FormatError(msg) from exc
-        return cls.from_dict(doc, where=where)
+        return cls.from_dict(parse_json(text, where=where), where=where)
 
     @classmethod
     def from_dict(cls, doc: Any, *, where: str = _WHERE) -> Manifest:

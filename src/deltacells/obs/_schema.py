@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltacells._json import parse_json
 from deltacells.errors import FormatError
 
 __all__ = [
@@ -325,12 +326,7 @@ class ObsSchema:
         FormatError
             If the text is not valid JSON or does not describe a valid schema.
         """
-        try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, huge ints, deep nesting
-            msg = f"{where}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})"
-            raise FormatError(msg) from exc
-        return cls.from_dict(doc, where=where)
+        return cls.from_dict(parse_json(text, where=where), where=where)
 
     @classmethod
     def from_dict(cls, doc: Any, *, where: str = SCHEMA_NAME) -> ObsSchema:
