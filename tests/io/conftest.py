@@ -8,7 +8,7 @@ Every dataset is written under ``tmp_path`` and read with ``cache_dir`` under ``
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_default_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Point the default obs cache at an empty directory and fail the test if anything lands there."""
-    stray = tmp_path_factory.mktemp("default-cache")
-    monkeypatch.setenv("DELTACELLS_CACHE", str(stray))
-    yield
-    assert not any(stray.iterdir()), "a test read obs without cache_dir= (it used the default cache)"
+def _no_default_cache(no_default_cache: None) -> None:
+    """Every test here must pass ``cache_dir=`` (see ``tests/conftest.py``)."""
 
 
 # ---------------------------------------------------------------------- oracles

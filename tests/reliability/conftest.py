@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,8 @@ from reliability_lib import mp_context
 
 
 @pytest.fixture(autouse=True)
-def _no_default_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Point the default obs cache at an empty directory and fail the test if anything lands there."""
-    stray = tmp_path_factory.mktemp("default-cache")
-    monkeypatch.setenv("DELTACELLS_CACHE", str(stray))
-    yield
-    assert not any(stray.iterdir()), "a test read obs without cache_dir= (it used the default cache)"
+def _no_default_cache(no_default_cache: None) -> None:
+    """Every test here must pass ``cache_dir=`` (see ``tests/conftest.py``)."""
 
 
 @pytest.fixture(scope="session")
