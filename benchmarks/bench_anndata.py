@@ -56,7 +56,7 @@ def bench_open(workdir: Path, n_cells: int, n_genes: int) -> None:
     path = workdir / "open.deltacells"
     if not (path / "manifest.json").exists():
         t0 = time.perf_counter()
-        with dc.TileWriter(path, n_genes, level=3, overwrite=True) as writer:
+        with dc.DatasetWriter(path, n_genes, level=3, overwrite=True) as writer:
             for block, _ in synthetic_blocks(n_cells, n_genes):
                 writer.write(block)
         print(f"  (wrote {n_cells:,} cells at level 3 in {time.perf_counter() - t0:.0f} s)")

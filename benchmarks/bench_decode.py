@@ -64,7 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        with dc.TileWriter(root / "ds", X.shape[1], tile_size=args.tile_size) as writer:
+        with dc.DatasetWriter(root / "ds", X.shape[1], tile_size=args.tile_size) as writer:
             writer.write(X)
         t_write = time.perf_counter() - t0
         ds = dc.open_dataset(root / "ds", tile_cache_bytes=0)

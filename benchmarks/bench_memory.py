@@ -43,7 +43,7 @@ SCENARIOS = ("iter_tiles", "read_rows", "random_batches")
 def make_dataset(path: Path, *, cells: int, genes: int, density: float, tile_size: int, seed: int = 0) -> dict:
     """Write random counts (reusing a dataset written before with the same parameters); return its metadata."""
     import deltacells
-    from deltacells import TileWriter
+    from deltacells import DatasetWriter
 
     params = {"cells": cells, "genes": genes, "density": density, "tile_size": tile_size, "seed": seed}
     with contextlib.suppress(Exception):  # no dataset there yet, or another one: write it
@@ -55,7 +55,7 @@ def make_dataset(path: Path, *, cells: int, genes: int, density: float, tile_siz
     rng = np.random.default_rng(seed)
     checksum = 0
     block = max(tile_size, 4096)
-    with TileWriter(path, genes, tile_size=tile_size, n_chunks=4, level=1, overwrite=True) as writer:
+    with DatasetWriter(path, genes, tile_size=tile_size, n_chunks=4, level=1, overwrite=True) as writer:
         for lo in range(0, cells, block):
             rows = min(block, cells - lo)
             mask = rng.random((rows, genes), dtype=np.float32) < density

@@ -115,7 +115,7 @@ def test_strict_manifest_failure_still_checks_the_tiles():
     _find(report, "tiles/tile_000010.dct", "holds 40 cells but manifest.json field tile_cells[10] says 256")
     _find(report, "obs/obs_0003.parquet", "row group 1 (tile 10) has 40 rows")
     # The fingerprint covers tile_cells, so it no longer matches either.
-    _find(report, "manifest.json", "obs_fingerprint")
+    _find(report, "obs/schema.json", "obs_fingerprint")
 
 
 @needs_conformance
@@ -299,7 +299,7 @@ def test_obs_schema_edited(ds):
     schema["columns"][1]["name"] = "renamed"
     (ds / "obs" / "schema.json").write_text(json.dumps(schema, indent=1))
     report = validate_dataset(ds)
-    _find(report, "manifest.json", "obs_fingerprint")
+    _find(report, "obs/schema.json", "obs_fingerprint")
     for shard in range(3):
         _find(report, f"obs/obs_{shard:04d}.parquet", "obs/schema.json lists")
 
@@ -308,14 +308,14 @@ def test_obs_schema_malformed(ds):
     (ds / "obs" / "schema.json").write_text('{"format": "deltacells-obs", "version": 9, "columns": []}')
     report = validate_dataset(ds)
     _find(report, "obs/schema.json", "version")
-    _find(report, "manifest.json", "obs_fingerprint")
+    _find(report, "obs/schema.json", "obs_fingerprint")
 
 
 def test_obs_shard_layout_and_codes(ds):
     """A shard rewritten with the wrong row groups and an out-of-range category code (hashes updated)."""
     import hashlib
 
-    from deltacells.obs import obs_fingerprint
+    from deltacells.format import obs_fingerprint
 
     path = ds / "obs" / "obs_0001.parquet"
     table = pq.read_table(path)

@@ -1,20 +1,48 @@
 """deltacells: tiled, delta-coded single-cell count matrices for the scverse ecosystem.
 
-``import deltacells`` also makes ``scanpy.read_deltacells`` and
-``anndata.AnnData.write_deltacells`` available (nothing that exists is replaced).
+``import deltacells`` also makes ``scanpy.read_deltacells`` and ``anndata.AnnData.write_deltacells``
+available (nothing that exists is replaced). It imports neither them nor numba: the names below load
+their modules on first use, so that ``import deltacells`` and the command line start fast.
 """
 
-from deltacells.codec import DecodedTile, decode_tile, encode_tile
-from deltacells.dataset import Dataset, Manifest, TileWriter, open_dataset
-from deltacells.errors import FormatError
-from deltacells.io import TiledCSRDataset, read_deltacells, read_obs, restore_gene_order, write_deltacells
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from deltacells._version import __version__
+from deltacells.errors import DeltaCellsError, FormatError
 from deltacells.io._scverse import attach as _attach
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from deltacells.codec import DecodedTile, decode_tile, encode_tile
+    from deltacells.dataset import Dataset, DatasetWriter, open_dataset
+    from deltacells.format import Manifest
+    from deltacells.io import TiledCSRDataset, read_deltacells, read_obs, restore_gene_order, write_deltacells
+    from deltacells.tiles import TileWriter
+
+#: Where each public name lives; its module is imported when the name is first used.
+_LAZY = {
+    "DecodedTile": "deltacells.codec",
+    "decode_tile": "deltacells.codec",
+    "encode_tile": "deltacells.codec",
+    "Dataset": "deltacells.dataset",
+    "DatasetWriter": "deltacells.dataset",
+    "open_dataset": "deltacells.dataset",
+    "Manifest": "deltacells.format",
+    "TileWriter": "deltacells.tiles",
+    "TiledCSRDataset": "deltacells.io",
+    "read_deltacells": "deltacells.io",
+    "read_obs": "deltacells.io",
+    "restore_gene_order": "deltacells.io",
+    "write_deltacells": "deltacells.io",
+}
 
 __all__ = [
     "Dataset",
+    "DatasetWriter",
     "DecodedTile",
+    "DeltaCellsError",
     "FormatError",
     "Manifest",
     "TileWriter",
@@ -28,5 +56,20 @@ __all__ = [
     "restore_gene_order",
     "write_deltacells",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'deltacells' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 _attach()

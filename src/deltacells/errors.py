@@ -1,10 +1,13 @@
 """Exceptions and warnings raised by deltacells.
 
-Every problem with bytes or files that do not follow the format raises
-:class:`FormatError` (a :class:`ValueError`), whose message names the object and
-the field at fault. Problems with what a user asked for raise the usual built-in
-exceptions (:class:`ValueError`, :class:`TypeError`, :class:`FileExistsError`)
-with a message that says what to do instead.
+Every exception deltacells raises on purpose derives from :class:`DeltaCellsError`. Problems with
+bytes or files that do not follow the format raise :class:`FormatError` (a :class:`ValueError`), whose
+message names the object and the field at fault. Problems with what a user asked for raise subclasses
+of both :class:`DeltaCellsError` and the usual built-in exception (:class:`InvalidValueError` is a
+:class:`ValueError`, :class:`InvalidTypeError` a :class:`TypeError`, :class:`UnknownKeyError` a
+:class:`KeyError`, :class:`OutOfRangeError` an :class:`IndexError`, :class:`OutputExistsError` a
+:class:`FileExistsError`), with a message that says what to do instead. Anything else that escapes is a
+bug.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ __all__ = [
     "DatasetNotFoundError",
     "DeltaCellsError",
     "DeltaCellsWarning",
+    "DemoMismatchError",
     "FormatError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "MissingObjectError",
     "UnsupportedPlatformError",
     "warn",
@@ -39,8 +45,45 @@ class DatasetNotFoundError(FormatError, FileNotFoundError):
     """A path that holds no complete dataset (no ``manifest.json``)."""
 
 
+class ExceptionPolicyError(DeltaCellsError, ValueError):
+    """A tile has too many exceptions for data that should be raw counts (DECISIONS.md 7).
+
+    Raised by the writer, naming the tile and the reason; the data are most likely not raw counts.
+    """
+
+
+class ObsCacheError(DeltaCellsError, OSError):
+    """The obs cache directory cannot be created or written (read-only, full, not a directory...)."""
+
+
 class UnsupportedPlatformError(DeltaCellsError, RuntimeError):
     """The host cannot read the format (e.g. a big-endian machine)."""
+
+
+class InvalidValueError(DeltaCellsError, ValueError):
+    """A value passed to deltacells that it cannot use (counts that are not counts, an option out of range...).
+
+    The message names the value and says what to do instead.
+    """
+
+
+class InvalidTypeError(DeltaCellsError, TypeError):
+    """An argument of a type deltacells cannot use (a dtype that cannot hold counts, an obs column's dtype...)."""
+
+
+class UnknownKeyError(DeltaCellsError, KeyError):
+    """A name that is not there (an obs column, a layer); the message lists what is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class OutOfRangeError(DeltaCellsError, IndexError):
+    """An index (a cell, a gene, a tile) outside the dataset, or a mask of the wrong length."""
+
+
+class OutputExistsError(DeltaCellsError, FileExistsError):
+    """The output path holds a dataset or other files, and overwriting was not asked for."""
 
 
 class DeltaCellsWarning(UserWarning):
@@ -70,3 +113,7 @@ def warn(message: str, category: type[Warning] = DeltaCellsWarning) -> None:
 
 class MissingObjectError(FormatError, FileNotFoundError):
     """An object the manifest promises (a tile, a shard, a sidecar file) is not there."""
+
+
+class DemoMismatchError(DeltaCellsError, RuntimeError):
+    """The demo read back data that differ from what it wrote: a bug in deltacells (please report it)."""

@@ -16,7 +16,7 @@ import deltacells
 import deltacells.codec._decode
 import deltacells.codec._encode
 from deltacells import FormatError
-from deltacells.codec import ExceptionPolicyError
+from deltacells.errors import ExceptionPolicyError
 from deltacells.errors import UnsupportedPlatformError
 
 if TYPE_CHECKING:

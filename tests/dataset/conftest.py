@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from deltacells.dataset import TileWriter
+from deltacells.dataset import DatasetWriter
 
 
 def _make_counts(
@@ -45,7 +45,7 @@ def _write(
     """Write ``matrix`` with a TileWriter in blocks of ``block_rows`` rows (default: one block)."""
     n_rows = matrix.shape[0]
     step = block_rows or max(1, n_rows)
-    with TileWriter(path, matrix.shape[1], level=level, **options) as writer:
+    with DatasetWriter(path, matrix.shape[1], level=level, **options) as writer:
         for lo in range(0, n_rows, step):
             writer.write(matrix[lo : lo + step])
     return path

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from scipy import sparse
 
 import deltacells
-import deltacells.dataset._reader as reader_module
+import deltacells.dataset._dataset as reader_module
 from deltacells import FormatError
-from deltacells.dataset import Dataset, TileCache, TileWriter, open_dataset
+from deltacells.dataset import Dataset, DatasetWriter, open_dataset
+from deltacells.tiles import TileCache
 from deltacells.errors import DeltaCellsWarning, MissingObjectError
 from deltacells.storage import Store
 
@@ -338,11 +339,12 @@ def test_cache_decodes_once(uneven):
 def test_read_tile_uses_the_cache(uneven):
     ds = uneven.open(threads=1)
     tile = ds.read_tile(3)
-    assert ds.read_tile(3) is tile
+    again = ds.read_tile(3)
     assert ds.tiles_decoded == 1
+    assert again is not tile and not np.shares_memory(again.data, tile.data)  # copies, never the cached arrays
     np.testing.assert_array_equal(tile.to_csr(np.int64).toarray(), uneven.dense[30:40])
     ds.cache.clear()
-    assert ds.read_tile(3) is not tile
+    ds.read_tile(3)
     assert ds.tiles_decoded == 2
 
 
@@ -612,7 +614,7 @@ def test_store_pickle_round_trip(uneven):
 
 def test_memory_dataset_pickle_round_trip(memory_url, make_counts, assert_csr_equals):
     counts = make_counts(30, 8, seed=2)
-    with TileWriter(memory_url, 8, tile_size=7, level=1) as writer:
+    with DatasetWriter(memory_url, 8, tile_size=7, level=1) as writer:
         writer.write(counts)
     ds = open_dataset(memory_url)
     clone = pickle.loads(pickle.dumps(ds))
@@ -625,7 +627,7 @@ def test_memory_dataset_pickle_round_trip(memory_url, make_counts, assert_csr_eq
 
 def test_memory_url_round_trip(memory_url, make_counts, assert_csr_equals):
     counts = make_counts(45, 11, seed=8)
-    with TileWriter(memory_url, 11, tile_size=10, level=1, var_names=[f"g{i}" for i in range(11)]) as writer:
+    with DatasetWriter(memory_url, 11, tile_size=10, level=1, var_names=[f"g{i}" for i in range(11)]) as writer:
         writer.write(counts[:20])
         writer.write(counts[20:])
     fs = fsspec.filesystem("memory")
@@ -647,7 +649,7 @@ def test_memory_url_missing_dataset(memory_url):
 def test_file_url_round_trip(tmp_path, make_counts, assert_csr_equals):
     counts = make_counts(33, 6, seed=9)
     url = f"file://{tmp_path}/ds"
-    with TileWriter(url, 6, tile_size=8, level=1) as writer:
+    with DatasetWriter(url, 6, tile_size=8, level=1) as writer:
         writer.write(counts)
     assert (tmp_path / "ds" / "manifest.json").is_file()
     assert sorted(p.name for p in (tmp_path / "ds" / "tiles").iterdir()) == [f"tile_{i:06d}.dct" for i in range(5)]
@@ -724,7 +726,7 @@ def test_tiles_swapped(corruptible):
 
 def test_tile_with_other_gene_count(corruptible, tmp_path):
     other = tmp_path / "other"
-    with TileWriter(other, 10, tile_size=10, level=1) as writer:
+    with DatasetWriter(other, 10, tile_size=10, level=1) as writer:
         writer.write(np.ones((10, 10), dtype=np.int64))
     blob = _tile(other, 0).read_bytes()
     _tile(corruptible.path, 0).write_bytes(blob)

@@ -15,7 +15,8 @@ from scipy import sparse
 
 import deltacells
 from deltacells import FormatError
-from deltacells.dataset import DEFAULT_TILE_SIZE, TileWriter, open_dataset, to_count_csr
+from deltacells.dataset import DatasetWriter, open_dataset
+from deltacells.tiles import DEFAULT_TILE_SIZE, to_count_csr
 from deltacells.storage import Store
 
 N_CELLS, N_GENES, TILE = 53, 11, 8
@@ -34,7 +35,7 @@ def _files(path: Path) -> dict[str, bytes]:
 
 def _write_blocks(path: Any, blocks: list[Any], n_genes: int, **options: Any) -> None:
     options.setdefault("level", 1)
-    with TileWriter(path, n_genes, **options) as writer:
+    with DatasetWriter(path, n_genes, **options) as writer:
         for block in blocks:
             writer.write(block)
 
@@ -215,7 +216,7 @@ def test_bad_count_in_a_later_block_names_the_global_cell(tmp_path):
 
 
 def test_n_cells_counts_rows_received(tmp_path):
-    writer = TileWriter(tmp_path / "ds", 3, tile_size=2, level=1, threads=1)
+    writer = DatasetWriter(tmp_path / "ds", 3, tile_size=2, level=1, threads=1)
     counted = []
     for rows in (5, 1, 4):
         writer.write(np.ones((rows, 3)))
@@ -231,7 +232,7 @@ def test_bad_count_names_source_gene(tmp_path):
 
 
 def test_bad_count_without_context_manager_leaves_writer_usable(tmp_path, assert_csr_equals):
-    writer = TileWriter(tmp_path / "ds", 5, tile_size=4, level=1)
+    writer = DatasetWriter(tmp_path / "ds", 5, tile_size=4, level=1)
     writer.write(np.ones((3, 5)))
     with pytest.raises(ValueError, match="cell 5, gene 3"):
         writer.write(_block_with(-1, np.int64))
@@ -309,7 +310,7 @@ def test_bad_options_rejected_before_anything_is_written(tmp_path, options, matc
     arguments = {"n_genes": 5, **options}
     n_genes = arguments.pop("n_genes")
     with pytest.raises(ValueError, match=match):
-        TileWriter(tmp_path / "ds", n_genes, **arguments)
+        DatasetWriter(tmp_path / "ds", n_genes, **arguments)
     assert not (tmp_path / "ds").exists()
 
 
@@ -325,7 +326,7 @@ def test_bad_options_rejected_before_anything_is_written(tmp_path, options, matc
 )
 def test_bad_metadata_rejected(tmp_path, metadata):
     with pytest.raises(TypeError, match="metadata"):
-        TileWriter(tmp_path / "ds", 5, metadata=metadata)
+        DatasetWriter(tmp_path / "ds", 5, metadata=metadata)
     assert not (tmp_path / "ds").exists()
 
 
@@ -394,7 +395,7 @@ def test_existing_dataset_needs_overwrite(tmp_path):
     _small(path)
     before = _files(path)
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        TileWriter(path, 3)
+        DatasetWriter(path, 3)
     assert _files(path) == before
 
 
@@ -415,7 +416,7 @@ def test_unfinished_dataset(tmp_path):
     _small(path)
     (path / "manifest.json").unlink()
     with pytest.raises(FileExistsError, match="unfinished"):
-        TileWriter(path, 3)
+        DatasetWriter(path, 3)
     _small(path, rows=1, overwrite=True)
     assert open_dataset(path).n_cells == 1
 
@@ -427,7 +428,7 @@ def test_unrelated_files_are_never_overwritten(tmp_path, overwrite):
     (path / "notes.txt").write_text("keep me")
     (path / "data").mkdir()
     with pytest.raises(FileExistsError, match="not a deltacells dataset|other files"):
-        TileWriter(path, 3, overwrite=overwrite)
+        DatasetWriter(path, 3, overwrite=overwrite)
     assert (path / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in path.iterdir()) == ["data", "notes.txt"]
 
@@ -437,7 +438,7 @@ def test_path_is_a_file(tmp_path, overwrite):
     path = tmp_path / "file"
     path.write_text("x")
     with pytest.raises(FileExistsError, match="not a directory"):
-        TileWriter(path, 3, overwrite=overwrite)
+        DatasetWriter(path, 3, overwrite=overwrite)
     assert path.read_text() == "x"
 
 
@@ -451,7 +452,7 @@ def test_empty_directory_is_fine(tmp_path):
 def test_overwrite_rules_on_memory(memory_url):
     _small(memory_url)
     with pytest.raises(FileExistsError):
-        TileWriter(memory_url, 3)
+        DatasetWriter(memory_url, 3)
     _small(memory_url, rows=2, overwrite=True)
     ds = open_dataset(memory_url)
     assert ds.shape == (2, 3)
@@ -466,7 +467,7 @@ class Boom(Exception):
 
 
 def _write_then_fail(path: Any) -> None:
-    with TileWriter(path, 3, tile_size=2, level=1, gene_order=[1, 0, 2], var_names=["a", "b", "c"]) as writer:
+    with DatasetWriter(path, 3, tile_size=2, level=1, gene_order=[1, 0, 2], var_names=["a", "b", "c"]) as writer:
         writer.write(np.ones((9, 3)))
         msg = "failure in the caller's loop"
         raise Boom(msg)
@@ -494,7 +495,7 @@ def test_exception_in_context_aborts_on_memory(memory_url):
 
 def test_abort_then_write_again(tmp_path):
     path = tmp_path / "ds"
-    writer = TileWriter(path, 3, tile_size=2, level=1)
+    writer = DatasetWriter(path, 3, tile_size=2, level=1)
     writer.write(np.ones((5, 3)))
     writer.abort()
     assert not (path / "tiles").exists()
@@ -507,7 +508,7 @@ def test_abort_then_write_again(tmp_path):
 
 def test_abort_after_close_keeps_the_dataset(tmp_path):
     path = tmp_path / "ds"
-    writer = TileWriter(path, 3, tile_size=2, level=1)
+    writer = DatasetWriter(path, 3, tile_size=2, level=1)
     writer.write(np.ones((5, 3)))
     first = writer.close()
     assert writer.close() is first
@@ -521,7 +522,7 @@ def test_close_after_failed_write_writes_no_manifest(tmp_path):
     path = tmp_path / "ds"
     block = np.ones((10, 600), dtype=np.int64)
     block[:2] = 70_000  # tile 0: 1200 counts above 65535, more than the policy allows
-    writer = TileWriter(path, 600, tile_size=2, level=1, threads=1)
+    writer = DatasetWriter(path, 600, tile_size=2, level=1, threads=1)
     with pytest.raises(ValueError, match="exceptions"):
         writer.write(block)
     with contextlib.suppress(ValueError):
@@ -554,7 +555,7 @@ def test_manifest_written_last(tmp_path, monkeypatch):
 def test_manifest_fields(tmp_path, counts):
     path = tmp_path / "ds"
     metadata = {"source": "test", "nested": {"list": [1, 2.5, None, True], "text": "ünïcode"}, "empty": {}}
-    with TileWriter(path, N_GENES, tile_size=TILE, n_chunks=3, level=2, metadata=metadata) as writer:
+    with DatasetWriter(path, N_GENES, tile_size=TILE, n_chunks=3, level=2, metadata=metadata) as writer:
         writer.write(counts)
     returned = writer.manifest
     ds = open_dataset(path)
@@ -580,7 +581,7 @@ def test_manifest_fields(tmp_path, counts):
 
 def test_metadata_is_copied(tmp_path):
     metadata = {"a": [1]}
-    writer = TileWriter(tmp_path / "ds", 2, metadata=metadata, level=1)
+    writer = DatasetWriter(tmp_path / "ds", 2, metadata=metadata, level=1)
     metadata["a"].append(2)
     writer.close()
     assert open_dataset(tmp_path / "ds").manifest.metadata == {"a": [1]}
@@ -588,7 +589,7 @@ def test_metadata_is_copied(tmp_path):
 
 def test_default_options(tmp_path, counts, assert_csr_equals):
     path = tmp_path / "ds"
-    with TileWriter(path, N_GENES) as writer:
+    with DatasetWriter(path, N_GENES) as writer:
         writer.write(counts)
     m = open_dataset(path).manifest
     assert m.zstd_level == 19
@@ -601,7 +602,7 @@ def test_default_options(tmp_path, counts, assert_csr_equals):
 
 def test_zero_cell_dataset(tmp_path):
     path = tmp_path / "ds"
-    with TileWriter(path, 6, level=1, var_names=list("abcdef")) as writer:
+    with DatasetWriter(path, 6, level=1, var_names=list("abcdef")) as writer:
         writer.write(np.zeros((0, 6)))
     ds = open_dataset(path)
     assert ds.shape == (0, 6)
@@ -616,7 +617,7 @@ def test_zero_cell_dataset(tmp_path):
 
 
 def test_zero_cell_dataset_without_any_write(tmp_path):
-    writer = TileWriter(tmp_path / "ds", 2, level=1)
+    writer = DatasetWriter(tmp_path / "ds", 2, level=1)
     manifest = writer.close()
     assert manifest.n_cells == 0
     assert open_dataset(tmp_path / "ds").read_rows().shape == (0, 2)

@@ -153,10 +153,10 @@ def test_read_obs_of_other_anndata(source, cache_dir):
 
 def test_dataset_without_obs(tmp_path, cache_dir, make_counts):
     """A dataset written without an obs sidecar (TileWriter, no obs): default names, no columns."""
-    from deltacells.dataset import TileWriter
+    from deltacells.dataset import DatasetWriter
 
     X = make_counts(50, 5)
-    with TileWriter(tmp_path / "bare", 5, tile_size=16) as writer:
+    with DatasetWriter(tmp_path / "bare", 5, tile_size=16) as writer:
         writer.write(X)
     adata = deltacells.read_deltacells(tmp_path / "bare", cache_dir=cache_dir)
     assert list(adata.obs_names) == [str(i) for i in range(50)]

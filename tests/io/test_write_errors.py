@@ -215,15 +215,22 @@ def test_existing_other_files(source, tmp_path):
     assert sorted(p.name for p in path.iterdir()) == ["notes.txt"]
 
 
-def test_failed_overwrite_does_not_look_complete(source, new_path):
+def _snapshot(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_failed_overwrite_keeps_the_old_dataset(source, new_path):
+    """A conversion that fails midway (a non-integer count) leaves the old dataset byte-identical and readable."""
     path = new_path()
-    deltacells.write_deltacells(source, path, progress=False)
-    bad = _with_value(source, 10, 3, 0.5, np.float64)
+    deltacells.write_deltacells(source, path, progress=False, tile_size=4)
+    before = _snapshot(path)
+    bad = _with_value(source, source.n_obs - 2, 3, 0.5, np.float64)  # in the last tile: earlier tiles are written
     with pytest.raises(ValueError, match="whole number"):
-        deltacells.write_deltacells(bad, path, overwrite=True, reorder_genes=False, progress=False)
-    assert not (path / "manifest.json").exists()
-    with pytest.raises(deltacells.FormatError, match="manifest"):
-        deltacells.open_dataset(path)
+        deltacells.write_deltacells(bad, path, overwrite=True, reorder_genes=False, progress=False, tile_size=4)
+    assert _snapshot(path) == before
+    assert sorted(p.name for p in path.iterdir()) == sorted({name.split("/")[0] for name in before})
+    back = deltacells.read_deltacells(path, obs_columns=[], obs_names=False)
+    assert back.X.to_memory().nnz == deltacells.open_dataset(path).manifest.nnz
 
 
 # ---------------------------------------------------------------------- layer= and raw=

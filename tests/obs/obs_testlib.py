@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deltacells.dataset import Manifest
+from deltacells.format import Manifest
 from deltacells.obs import ObsStore, ObsWriteResult, write_obs
 from deltacells.storage import Store
 
@@ -54,36 +54,29 @@ def manifest_for(tile_cells: np.ndarray, result: ObsWriteResult | None, *, tile_
     return Manifest.from_dict(doc)
 
 
-class CountingFS:
-    """An fsspec filesystem proxy that counts ``open`` calls (the ranged reads of shards)."""
-
-    def __init__(self, fs: Any, opens: collections.Counter[str]) -> None:
-        self._fs = fs
-        self._opens = opens
-
-    def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        self._opens[path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1]] += 1
-        return self._fs.open(path, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-
 class CountingStore(Store):
-    """A read-only Store that counts whole reads (``reads``) and ranged opens (``opens``) by object name."""
+    """A read-only Store that counts whole reads (``reads``), ranged passes (``opens``: files opened over
+    ranged reads) and ranged reads (``ranged``, ``ranged_bytes``) by object name."""
 
     def __init__(self, url: Any, storage_options: dict[str, Any] | None = None) -> None:
         super().__init__(url, storage_options)
         self.reads: collections.Counter[str] = collections.Counter()
         self.opens: collections.Counter[str] = collections.Counter()
+        self.ranged: collections.Counter[str] = collections.Counter()
+        self.ranged_bytes: collections.Counter[str] = collections.Counter()
 
-    def read(self, name: str) -> bytes:
-        self.reads[name] += 1
-        return super().read(name)
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        data = super().read(name, start, end)
+        if start is None and end is None:
+            self.reads[name] += 1
+        else:
+            self.ranged[name] += 1
+            self.ranged_bytes[name] += len(data)
+        return data
 
-    @property
-    def fs(self) -> Any:
-        return CountingFS(super().fs, self.opens)
+    def open_file(self, path: str, size: int | None = None) -> Any:
+        self.opens[path] += 1
+        return super().open_file(path, size)
 
     def shard_reads(self) -> int:
         return sum(n for name, n in self.reads.items() if name.endswith(".parquet"))
@@ -136,7 +129,7 @@ def refresh_manifest(dataset: ObsDataset) -> Manifest:
     """After the test changed obs files by hand: a manifest whose shard sizes, SHA-256s and fingerprint match them."""
     import hashlib
 
-    from deltacells.obs import obs_fingerprint
+    from deltacells.format import obs_fingerprint
 
     doc = dataset.manifest.to_dict()
     blobs = [(dataset.root / "obs" / f"obs_{s:04d}.parquet").read_bytes() for s in range(len(doc["obs_shard_bytes"]))]
@@ -156,19 +149,6 @@ def _log(path: str, line: str) -> None:
         f.write(line + "\n")
 
 
-class _LoggingFS:
-    def __init__(self, fs: Any, log_path: str) -> None:
-        self._fs = fs
-        self._log_path = log_path
-
-    def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        _log(self._log_path, f"{os.getpid()} open {path.rsplit('/', 1)[-1]}")
-        return self._fs.open(path, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-
 class LoggingStore(Store):
     """A read-only Store that logs whole reads and ranged opens to a file shared by processes."""
 
@@ -176,13 +156,14 @@ class LoggingStore(Store):
         super().__init__(url)
         self.log_path = log_path
 
-    def read(self, name: str) -> bytes:
-        _log(self.log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
-        return super().read(name)
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        if start is None and end is None:
+            _log(self.log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
+        return super().read(name, start, end)
 
-    @property
-    def fs(self) -> Any:
-        return _LoggingFS(super().fs, self.log_path)
+    def open_file(self, path: str, size: int | None = None) -> Any:
+        _log(self.log_path, f"{os.getpid()} open {path.rsplit('/', 1)[-1]}")
+        return super().open_file(path, size)
 
 
 def localize_in_process(

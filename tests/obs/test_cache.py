@@ -22,7 +22,8 @@ from obs_testlib import CountingStore, ObsDataset, manifest_for, refresh_manifes
 
 from deltacells import FormatError
 from deltacells.errors import MissingObjectError
-from deltacells.obs import ObsCacheError, ObsStore, column_file_name, resolve_cache_dir
+from deltacells.errors import ObsCacheError
+from deltacells.obs import ObsStore, column_file_name, resolve_cache_dir
 
 TILE = 4  # sample_frame(30) in tiles of 4: 8 tiles
 PER_FILE = 3  # 3 shards
@@ -289,8 +290,8 @@ def _negative_code(tables: list[pa.Table]) -> list[pa.Table]:
         (_retype_column, r"obs_0001\.parquet: column 'n_counts' has Arrow type int32, but obs/schema\.json says int64"),
         (_reorder_columns, r"obs_0001\.parquet: columns are \['_index', 'n_counts'"),
         (_drop_column, r"obs_0001\.parquet: columns are"),
-        (_bad_code, r"obs_0001\.parquet row group 1 \(tile 4\): column 'cell_type' holds category code 3, outside -1"),
-        (_negative_code, r"obs_0001\.parquet row group 0 \(tile 3\): column 'cell_type' holds category code -2"),
+        (_bad_code, r"obs_0001\.parquet: row group 1 \(tile 4\): column 'cell_type' holds category code 3, outside -1"),
+        (_negative_code, r"obs_0001\.parquet: row group 0 \(tile 3\): column 'cell_type' holds category code -2"),
     ],
 )
 @pytest.mark.parametrize("verify", [True, False])

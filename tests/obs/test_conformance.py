@@ -10,8 +10,9 @@ import pytest
 from obs_testlib import DATASETS, CountingStore
 
 from deltacells import FormatError
-from deltacells.dataset import Manifest
-from deltacells.obs import ObsSchema, ObsStore, obs_fingerprint
+from deltacells.format import Manifest
+from deltacells.format import obs_fingerprint
+from deltacells.obs import ObsSchema, ObsStore
 
 if not (DATASETS / "complete").is_dir():
     pytest.skip(f"conformance datasets not found at {DATASETS}", allow_module_level=True)

@@ -25,7 +25,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
-FUZZ_SCRIPT = ROOT / "fuzz" / "fuzz_decode.py"
+FUZZ_DIR = ROOT / "fuzz"  # the fuzzing package deltacells_fuzz and its script
+FUZZ_SCRIPT = FUZZ_DIR / "fuzz_decode.py"
 BENCH_MEMORY = ROOT / "benchmarks" / "bench_memory.py"
 
 _PRELOAD = ["deltacells", "deltacells.obs", "pyarrow.ipc", "pyarrow.parquet", "reliability_lib"]
@@ -101,11 +102,15 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
     ``before_rename``
         With that object's temporary file complete, just before it is renamed into place.
     ``after_remove``
-        After ``Store.remove`` removed the ``nth`` entry matching (clearing a dataset being overwritten).
+        After ``FsspecStore.delete`` removed the ``nth`` entry matching (replacing a dataset being overwritten).
+
+    Names are matched relative to the dataset, also when an overwrite writes them under a staging prefix.
     """
     import builtins
 
-    from deltacells import storage
+    from deltacells.format import STAGING_PREFIX
+    from deltacells.storage import FsspecStore
+    from deltacells.storage import _fsspec as storage
 
     hook, match, nth = plan.get("hook"), re.compile(plan.get("match", "")), int(plan.get("nth", 1))
     if hook is None:
@@ -113,14 +118,16 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
     lock = threading.Lock()
     seen = {"count": 0}
 
+    staged = re.compile(re.escape(STAGING_PREFIX) + r"[0-9a-f]+/")
+
     def hit(name: str) -> bool:
-        if not match.fullmatch(name):
+        if not match.fullmatch(staged.sub("", name, count=1)):
             return False
         with lock:
             seen["count"] += 1
             return seen["count"] == nth
 
-    real_write, real_remove = storage.Store.write, storage.Store.remove
+    real_write, real_remove = FsspecStore.write, FsspecStore.delete
     if hook in ("before_write", "after_write"):
 
         def write(self: Any, name: str, data: bytes) -> None:
@@ -131,7 +138,7 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
             if now:
                 die()
 
-        storage.Store.write = write
+        FsspecStore.write = write
     elif hook in ("partial_write", "before_rename"):
         armed = threading.local()
         real_open, real_replace = builtins.open, os.replace
@@ -168,9 +175,9 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
             finally:
                 armed.on = False
 
-        storage.open = opener  # Store.write's open() and os.replace(), in this child only
+        storage.open = opener  # FsspecStore.write's open() and os.replace(), in this child only
         storage.os = _OsProxy(replace)
-        storage.Store.write = write
+        FsspecStore.write = write
     elif hook == "after_remove":
 
         def remove(self: Any, name: str) -> None:
@@ -178,7 +185,7 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
             if hit(name):
                 die()
 
-        storage.Store.remove = remove
+        FsspecStore.delete = remove
     else:
         msg = f"unknown hook {hook!r}"
         raise ValueError(msg)
@@ -216,32 +223,21 @@ def _log(path: str, line: str) -> None:
         f.write(line + "\n")
 
 
-class _LoggingFS:
-    def __init__(self, fs: Any, log_path: str, delay: float) -> None:
-        self._fs, self._log_path, self._delay = fs, log_path, delay
-
-    def open(self, path: str, *args: Any, **kwargs: Any) -> Any:
-        _log(self._log_path, f"{os.getpid()} open {path.rsplit('/', 1)[-1]}")
-        time.sleep(self._delay)
-        return self._fs.open(path, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-
 def logging_store(root: str, log_path: str, delay: float = 0.0) -> Any:
     """A Store that logs whole reads and ranged opens to a file shared by processes, each after ``delay`` s."""
     from deltacells.storage import Store
 
     class LoggingStore(Store):
-        def read(self, name: str) -> bytes:
-            _log(log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
-            time.sleep(delay)
-            return super().read(name)
+        def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+            if start is None and end is None:
+                _log(log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
+                time.sleep(delay)
+            return super().read(name, start, end)
 
-        @property
-        def fs(self) -> Any:
-            return _LoggingFS(super().fs, log_path, delay)
+        def open_file(self, path: str, size: int | None = None) -> Any:
+            _log(log_path, f"{os.getpid()} open {path.rsplit('/', 1)[-1]}")
+            time.sleep(delay)
+            return super().open_file(path, size)
 
     return LoggingStore(root)
 
@@ -280,7 +276,7 @@ def localize(
     """Child: read obs ``columns`` through the cache (all children together at ``barrier``); pickle the frame."""
 
     def body() -> None:
-        from deltacells.dataset import Manifest
+        from deltacells.format import Manifest
         from deltacells.obs import ObsStore
 
         watch_cache_files(log_path)
@@ -318,8 +314,9 @@ def as_nobody(action: str, root: str, manifest_json: str, cache_dir: str, warm_c
     """
     import pickle as _pickle
 
-    from deltacells.dataset import Manifest
-    from deltacells.obs import ObsCacheError, ObsStore
+    from deltacells.format import Manifest
+    from deltacells.errors import ObsCacheError
+    from deltacells.obs import ObsStore
     from deltacells.storage import Store
 
     manifest = Manifest.from_json(manifest_json)

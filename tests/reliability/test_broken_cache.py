@@ -28,7 +28,8 @@ from reliability_lib import as_nobody, join_all, load_pickle, read_obs_in_child
 
 import deltacells
 from deltacells.datasets import synthetic_counts
-from deltacells.obs import ObsCacheError, ObsStore, column_file_name
+from deltacells.errors import ObsCacheError
+from deltacells.obs import ObsStore, column_file_name
 from deltacells.storage import Store
 
 COLUMN = "total_counts"

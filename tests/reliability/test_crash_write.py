@@ -6,7 +6,10 @@ after a random delay, or from inside at a chosen I/O event (before or after the 
 through writing a file, just before the manifest is renamed into place, while an old dataset is being
 cleared). Then:
 
-* the output is refused by ``open_dataset`` and ``read_deltacells`` with ``DatasetNotFoundError``;
+* the output is refused by ``open_dataset`` and ``read_deltacells`` with ``DatasetNotFoundError``, except
+  when the converter was overwriting a complete dataset and was killed before the new one was complete:
+  then the old dataset is byte-for-byte as it was and reads (the new one was being written under a staging
+  prefix beside it);
 * a re-run with ``overwrite=True`` succeeds and gives exactly the dataset an uninterrupted run writes;
 * a complete dataset at another path is byte-for-byte untouched.
 
@@ -31,6 +34,7 @@ from reliability_lib import convert_and_maybe_die, join_all, snapshot
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import DatasetNotFoundError
+from deltacells.format import STAGING_PREFIX
 
 SEED = int(os.environ.get("DELTACELLS_RELIABILITY_SEED", "20241129"))
 N_CELLS, N_GENES, TILE = 6000, 300, 32
@@ -51,6 +55,8 @@ PLANS: dict[str, dict[str, Any]] = {
     "manifest-not-yet-renamed": {"hook": "before_rename", "match": r"manifest\.json"},
     "overwrite-after-old-manifest-removed": {"hook": "after_remove", "match": r"manifest\.json", "old": True},
     "overwrite-random-time": {"at": _rng.uniform(0.05, 0.85), "old": True},
+    "overwrite-a-late-tile": {"hook": "before_write", "match": TILE_NAME, "nth": N_TILES - 2, "old": True},
+    "overwrite-torn-new-manifest": {"hook": "partial_write", "match": r"manifest\.json", "old": True},
 }
 
 
@@ -63,10 +69,25 @@ def setup(tmp_path_factory: pytest.TempPathFactory, ctx: Any) -> dict[str, Any]:
     source.write_bytes(pickle.dumps(adata))
     reference = base / "reference"
     deltacells.write_deltacells(adata, reference, progress=False, **FAST)
+    old = base / "old"
+    deltacells.write_deltacells(synthetic_counts(N_CELLS // 2, N_GENES, seed=4), old, progress=False, **FAST)
     # how long an uninterrupted slow write takes, in a child like the ones that get killed
     code, finished, seconds = run_child(ctx, source, base / "calibration", {})
     assert code == 0 and finished
-    return {"source": source, "reference": reference, "files": snapshot(reference), "seconds": seconds, "base": base}
+    return {
+        "source": source,
+        "reference": reference,
+        "files": snapshot(reference),
+        "old": old,
+        "old_files": snapshot(old),
+        "seconds": seconds,
+        "base": base,
+    }
+
+
+def without_staging(files: dict[str, str]) -> dict[str, str]:
+    """A snapshot without what an overwrite writes under its staging prefix."""
+    return {name: digest for name, digest in files.items() if not name.startswith(STAGING_PREFIX)}
 
 
 def run_child(ctx: Any, source: Path, out: Path, plan: dict[str, Any], *, kill_after: float | None = None) -> Any:
@@ -107,8 +128,8 @@ def state(root: Path) -> str:
 def test_killed_converter(setup: dict[str, Any], ctx: Any, tmp_path: Path, name: str) -> None:
     plan = PLANS[name]
     out = tmp_path / "out"
-    if plan.get("old"):  # overwriting a complete dataset
-        shutil.copytree(setup["reference"], out)
+    if plan.get("old"):  # overwriting a complete dataset (another one: the kill must not change a byte of it)
+        shutil.copytree(setup["old"], out)
     kill_after = plan["at"] * setup["seconds"] if "at" in plan else None
     code, finished, _ = run_child(ctx, setup["source"], out, plan, kill_after=kill_after)
     left = state(out)
@@ -118,10 +139,14 @@ def test_killed_converter(setup: dict[str, Any], ctx: Any, tmp_path: Path, name:
         assert deltacells.open_dataset(out).n_cells == N_CELLS
     else:
         assert code == -signal.SIGKILL, f"{name}: exit code {code} ({left})"
-        with pytest.raises(DatasetNotFoundError, match=r"no manifest\.json"):
-            deltacells.open_dataset(out)
-        with pytest.raises(DatasetNotFoundError):
-            deltacells.read_deltacells(out, cache_dir=tmp_path / "cache")
+        if plan.get("old") and (out / "manifest.json").exists():  # killed before the swap: the old one is whole
+            assert without_staging(snapshot(out)) == setup["old_files"], f"{name}: the old dataset changed"
+            assert deltacells.read_deltacells(out, cache_dir=tmp_path / "cache").X[-5:].nnz > 0
+        else:
+            with pytest.raises(DatasetNotFoundError, match=r"no manifest\.json"):
+                deltacells.open_dataset(out)
+            with pytest.raises(DatasetNotFoundError):
+                deltacells.read_deltacells(out, cache_dir=tmp_path / "cache")
     # a re-run replaces whatever was left, and writes exactly what an uninterrupted run writes
     deltacells.write_deltacells(pickle.loads(setup["source"].read_bytes()), out, progress=False, overwrite=True, **FAST)
     files = snapshot(out)  # nothing else: not even a temporary file of the killed run

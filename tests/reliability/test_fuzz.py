@@ -1,4 +1,4 @@
-"""Fuzzing of the decoders (``fuzz/fuzz_decode.py``): its oracles, a short run, and the regression corpus.
+"""Fuzzing of the decoders (``fuzz/deltacells_fuzz``): its oracles, a short run, and the regression corpus.
 
 * the oracles accept the seeds and catch decoders that misbehave (so a clean fuzzing run means something);
 * a bounded run (random engine, a fixed seed, about 20 s) must find nothing that is not already a known,
@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reliability_lib import FUZZ_SCRIPT
+from reliability_lib import FUZZ_DIR, FUZZ_SCRIPT
 
 import deltacells
-from deltacells import FormatError
+from deltacells import FormatError, Manifest
 from deltacells.codec import DecodedTile
-from deltacells.dataset import Manifest
 from deltacells.obs import ObsSchema
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -49,11 +48,10 @@ FIXED_BUGS: dict[str, str] = {
 
 
 def load_fuzzer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_decode", FUZZ_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The package ``deltacells_fuzz``, imported from ``fuzz/`` (which the script has on ``sys.path`` too)."""
+    if str(FUZZ_DIR) not in sys.path:
+        sys.path.insert(0, str(FUZZ_DIR))
+    return importlib.import_module("deltacells_fuzz")
 
 
 @pytest.fixture(scope="module")

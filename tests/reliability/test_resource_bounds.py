@@ -25,8 +25,8 @@ import pytest
 from reliability_lib import BENCH_MEMORY
 
 import deltacells
-import deltacells.dataset._reader as reader_module
-from deltacells.dataset import TileWriter
+import deltacells.codec as reader_module  # the tile checker imports decode_tile from here when it runs
+from deltacells.dataset import DatasetWriter
 
 THREADS = 2
 BATCH = max(2, 2 * THREADS)  # tiles iter_tiles decodes ahead (Dataset._batch_size)
@@ -73,7 +73,7 @@ def many_tiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     """48 tiles of 256 cells; returns the path and the decoded size of one tile."""
     root = tmp_path_factory.mktemp("bounds") / "ds"
     rng = np.random.default_rng(0)
-    with TileWriter(root, 500, tile_size=256, n_chunks=2, level=1) as writer:
+    with DatasetWriter(root, 500, tile_size=256, n_chunks=2, level=1) as writer:
         for _ in range(12):
             block = (rng.random((1024, 500)) < 0.2) * rng.integers(1, 9, size=(1024, 500))
             writer.write(block)

@@ -64,12 +64,12 @@ def x_reads(root: Path, cache: Path) -> dict[str, Callable[[], Any]]:
         pytest.param(lambda tile: flip(tile, -1), r"CRC-32 of the payload", id="crc-last-byte"),
         pytest.param(
             lambda tile: tile.write_bytes(tile.read_bytes() + b"\0" * 8),
-            r"the tile has \d+ bytes but manifest field tile_bytes\[3\] says \d+",
+            r"size is \d+ bytes but manifest\.json field tile_bytes\[3\] says \d+",
             id="size-longer",
         ),
         pytest.param(
             lambda tile: tile.write_bytes(tile.read_bytes()[:-8]),
-            r"the tile has \d+ bytes but manifest field tile_bytes\[3\] says \d+",
+            r"size is \d+ bytes but manifest\.json field tile_bytes\[3\] says \d+",
             id="size-shorter",
         ),
     ],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import click
 
-from deltacells import __version__
+from deltacells._version import __version__
 from deltacells.cli._convert import convert
 from deltacells.cli._demo_command import demo
 from deltacells.cli._errors import CLIError, ErrorReportingGroup

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from deltacells import __version__
-from deltacells.cli._errors import USER_ERRORS, CLIError, error_message
+from deltacells._version import __version__
+from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._info import sidecar_bytes
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
@@ -107,7 +107,7 @@ def convert(
 
     if not source.exists():
         msg = f"{source}: no such file or directory"
-        raise FileNotFoundError(msg)
+        raise CLIError(msg)
     fmt = detect_format(source) if input_format == "auto" else input_format
     columns = _parse_obs_columns(obs_columns, no_obs=no_obs)
     options = parse_storage_options(storage_options)
@@ -134,7 +134,9 @@ def convert(
                 progress=not quiet,
                 storage_options=options,
             )
-    except USER_ERRORS as exc:
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise
         raise CLIError(_in_cli_terms(error_message(exc))) from exc
     elapsed = time.perf_counter() - t0
     from deltacells.dataset import open_dataset

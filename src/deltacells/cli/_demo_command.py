@@ -28,12 +28,13 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
     The report gives the size (bytes per nonzero, and against the same AnnData as a gzip h5ad), the
     writing speed, the full-read speed, the tiles decoded by each subset, and what a short scanpy
     pipeline (QC metrics, normalisation, log1p, highly variable genes, PCA) found on one subset. The
-    data read back is checked to be identical to what was generated.
+    data read back is checked to be identical to what was generated. The report is printed at the end;
+    a progress bar of the steps is shown meanwhile on stderr when it is a terminal.
     """
-    from deltacells._demo import DemoMismatchError, run_demo
+    from deltacells.demo import DemoMismatchError, format_report, run_demo
 
     try:
-        run_demo(
+        report = run_demo(
             n_cells=n_cells,
             n_genes=n_genes,
             tile_size=tile_size,
@@ -41,7 +42,9 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
             out=out,
             seed=seed,
             threads=jobs,
-            echo=click.echo,
+            progress=click.get_text_stream("stderr").isatty(),
         )
     except DemoMismatchError as exc:
         raise CLIError(str(exc)) from exc
+    for line in format_report(report):
+        click.echo(line)

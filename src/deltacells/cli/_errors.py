@@ -1,8 +1,10 @@
 """How the command line reports problems: user errors as one line, ``error: <message>``, and warnings.
 
-Errors the user can act on (a missing input, an existing output, data that are not counts, a malformed
-dataset...) are printed as ``error: <message>`` on stderr, with exit status 1 and no traceback; warnings
-as ``warning: <message>``.
+Errors the user can act on are deltacells' own (:class:`~deltacells.errors.DeltaCellsError`: a malformed
+dataset, an existing output, data that are not counts...) and operating-system errors that name their file
+(a missing input, a full disk, a permission denied). They are printed as ``error: <message>`` on stderr,
+with exit status 1 and no traceback; warnings as ``warning: <message>``. Anything else is a bug, and shows
+its traceback.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any
 
 import click
 
-from deltacells.errors import FormatError
+from deltacells.errors import DeltaCellsError
 
-#: Exceptions reported as ``error: <message>`` rather than with a traceback.
-USER_ERRORS = (FormatError, FileExistsError, FileNotFoundError, ValueError, TypeError, KeyError, OSError, ImportError)
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is reported as one line: one of deltacells' errors, or an ``OSError`` naming its file."""
+    return isinstance(exc, DeltaCellsError) or (isinstance(exc, OSError) and exc.filename is not None)
 
 
 class CLIError(click.ClickException):
@@ -34,18 +38,15 @@ def error_message(exc: BaseException) -> str:
     Parameters
     ----------
     exc
-        One of :data:`USER_ERRORS`.
+        An error for which :func:`is_user_error` holds.
 
     Returns
     -------
     str
-        Its message on one line (a ``KeyError``'s unquoted; an ``ImportError``'s naming the package to
-        install), or the name of its type when it has none.
+        Its message on one line (a ``KeyError``'s unquoted), or the name of its type when it has none.
     """
     # str(KeyError) would quote the message.
     text = exc.args[0] if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) else str(exc)
-    if isinstance(exc, ImportError) and getattr(exc, "name", None):
-        text = f"{text} (install the package {exc.name!r} to read this format)"
     return " ".join(text.split("\n")).strip() or type(exc).__name__
 
 
@@ -53,11 +54,13 @@ class ErrorReportingGroup(click.Group):
     """A group whose commands report user errors as ``error: <message>`` and warnings as ``warning: ...``."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Invoke the command, turning :data:`USER_ERRORS` into :class:`CLIError` and showing warnings."""
+        """Invoke the command, turning user errors (:func:`is_user_error`) into :class:`CLIError`, showing warnings."""
         with cli_warnings():
             try:
                 return super().invoke(ctx)
-            except USER_ERRORS as exc:
+            except Exception as exc:
+                if not is_user_error(exc):
+                    raise
                 raise CLIError(error_message(exc)) from exc
 
 

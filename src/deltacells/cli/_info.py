@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._options import parse_storage_options, storage_option
+from deltacells.dataset._sizes import sidecar_bytes
 from deltacells.errors import FormatError
 
 if TYPE_CHECKING:
@@ -84,32 +86,25 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
 def _var_info(dataset: Dataset) -> dict[str, Any] | None:
     if not dataset.manifest.has_var_table:
         return None
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    where = f"{dataset.store.url}/var.parquet"
-    try:
-        parquet = pq.ParquetFile(pa.BufferReader(dataset.store.read("var.parquet")))
-        schema = parquet.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
-        msg = f"{where}: not a readable parquet table ({exc})"
-        raise FormatError(msg) from exc
+    table = dataset.var_table()
+    assert table is not None
+    schema = table.schema
     index_columns: set[str] = set()
     pandas_meta = (schema.metadata or {}).get(b"pandas")
     if pandas_meta:
         with contextlib.suppress(ValueError, TypeError):
             index_columns = {c for c in json.loads(pandas_meta).get("index_columns", []) if isinstance(c, str)}
     columns = [{"name": f.name, "arrow_type": str(f.type)} for f in schema if f.name not in index_columns]
-    return {"n_rows": parquet.metadata.num_rows, "columns": columns}
+    return {"n_rows": table.num_rows, "columns": columns}
 
 
 def _obs_info(dataset: Dataset) -> dict[str, Any] | None:
     m = dataset.manifest
     if not m.has_obs:
         return None
-    from deltacells.obs import INDEX_COLUMN, SCHEMA_NAME, ObsSchema
+    from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema
 
-    schema = ObsSchema.from_json(dataset.store.read(SCHEMA_NAME), where=f"{dataset.store.url}/{SCHEMA_NAME}")
+    schema = ObsSchema.from_json(dataset.store.read(OBS_SCHEMA_NAME), where=f"{dataset.store.url}/{OBS_SCHEMA_NAME}")
     columns = [
         {
             "name": c.name,
@@ -128,15 +123,6 @@ def _obs_info(dataset: Dataset) -> dict[str, Any] | None:
         "has_index": schema.has_index,
         "columns": columns,
     }
-
-
-def sidecar_bytes(dataset: Dataset) -> int:
-    """Sizes of the manifest, gene order, var and obs schema files that are present."""
-    total = 0
-    for name in ("manifest.json", "gene_order.npy", "var_names.txt", "var.parquet", "obs/schema.json"):
-        with contextlib.suppress(OSError):
-            total += dataset.store.size(name)
-    return total
 
 
 @click.command(short_help="Summarise a dataset (--json for scripts).")
@@ -164,7 +150,7 @@ def info(path: str, as_json: bool, storage_options: str | None) -> None:
 def _require_local_exists(path: str) -> None:
     if "://" not in path and not Path(path).exists():
         msg = f"{path}: no such file or directory"
-        raise FileNotFoundError(msg)
+        raise CLIError(msg)
 
 
 def _info_lines(doc: dict[str, Any]) -> list[str]:

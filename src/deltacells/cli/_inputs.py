@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deltacells.cli._errors import CLIError
+from deltacells.errors import DeltaCellsError
+
 if TYPE_CHECKING:
     import anndata as ad
 
@@ -44,7 +47,7 @@ def detect_format(path: Path) -> str:
             f"{path}: cannot tell the format of this directory (not zarr, not a 10x matrix.mtx directory, not a "
             "deltacells dataset); pass --format"
         )
-        raise ValueError(msg)
+        raise CLIError(msg)
     if name.endswith(".h5ad"):
         return "h5ad"
     if name.endswith(".loom"):
@@ -56,7 +59,7 @@ def detect_format(path: Path) -> str:
     if is_hdf5 or name.endswith((".h5", ".hdf5")):
         return _sniff_hdf5(path)
     msg = f"{path}: cannot tell the format of this file from its name or contents; pass --format"
-    raise ValueError(msg)
+    raise CLIError(msg)
 
 
 def _sniff_hdf5(path: Path) -> str:
@@ -77,9 +80,9 @@ def _sniff_hdf5(path: Path) -> str:
                 return "10x-h5"
     except OSError as exc:
         msg = f"{path}: not a readable HDF5 file ({exc})"
-        raise ValueError(msg) from exc
+        raise CLIError(msg) from exc
     msg = f"{path}: an HDF5 file that is neither h5ad, 10x h5 nor loom; pass --format"
-    raise ValueError(msg)
+    raise CLIError(msg)
 
 
 @contextlib.contextmanager
@@ -95,41 +98,64 @@ def read_input(path: Path, fmt: str, tmp: str | os.PathLike[str]) -> Iterator[ad
     tmp
         A scratch directory (the obs cache of a deltacells input).
     """
-    import anndata as ad
-
-    if fmt == "h5ad":
-        adata = ad.read_h5ad(path, backed="r")
-        try:
-            yield _csc_in_memory(adata)
-        finally:
+    adata, close = _open_input(path, fmt, tmp)
+    try:
+        yield adata
+    finally:
+        if close is not None:
             with contextlib.suppress(Exception):
-                adata.file.close()
-    elif fmt == "zarr":
-        yield _read_zarr_lazily(path)
-    elif fmt == "10x-h5":
-        import scanpy as sc
+                close()
 
-        yield sc.read_10x_h5(path)
-    elif fmt == "10x-mtx":
-        import scanpy as sc
 
-        yield sc.read_10x_mtx(path if path.is_dir() else path.parent)
-    elif fmt == "loom":
+def _open_input(path: Path, fmt: str, tmp: str | os.PathLike[str]) -> tuple[ad.AnnData, Any]:
+    """The input as an AnnData, and what closes it (or None).
+
+    Raises
+    ------
+    CLIError
+        If the reader of the format cannot read the input (naming the input, the format and the reason).
+    """
+    if fmt == "loom":
         try:
             import loompy  # noqa: F401 - anndata reads loom through it
         except ImportError as exc:
             msg = "reading loom files needs the package loompy (pip install loompy)"
-            raise ImportError(msg) from exc
-        yield ad.io.read_loom(path)
-    elif fmt == "deltacells":
-        from deltacells.io import read_deltacells, restore_gene_order
-
-        adata = read_deltacells(path, cache_dir=Path(tmp) / "obs-cache", dtype="int32")
-        # Back to the source's gene order, so that the new gene_order.npy refers to it too.
-        yield restore_gene_order(adata) if "gene_order" in adata.uns.get("deltacells", {}) else adata
-    else:
+            raise CLIError(msg) from exc
+    if fmt not in INPUT_FORMATS[1:]:
         msg = f"unknown input format {fmt!r}; choose one of {', '.join(INPUT_FORMATS[1:])}"
-        raise ValueError(msg)
+        raise CLIError(msg)
+    try:
+        return _read_format(path, fmt, tmp)
+    except DeltaCellsError:
+        raise
+    except Exception as exc:  # whatever the format's reader raises for a file it cannot read
+        msg = f"{path}: cannot be read as {fmt} ({type(exc).__name__}: {exc})"
+        raise CLIError(msg) from exc
+
+
+def _read_format(path: Path, fmt: str, tmp: str | os.PathLike[str]) -> tuple[ad.AnnData, Any]:
+    import anndata as ad
+
+    if fmt == "h5ad":
+        adata = ad.read_h5ad(path, backed="r")
+        return _csc_in_memory(adata), adata.file.close
+    if fmt == "zarr":
+        return _read_zarr_lazily(path), None
+    if fmt == "10x-h5":
+        import scanpy as sc
+
+        return sc.read_10x_h5(path), None
+    if fmt == "10x-mtx":
+        import scanpy as sc
+
+        return sc.read_10x_mtx(path if path.is_dir() else path.parent), None
+    if fmt == "loom":
+        return ad.io.read_loom(path), None
+    from deltacells.io import read_deltacells, restore_gene_order
+
+    adata = read_deltacells(path, cache_dir=Path(tmp) / "obs-cache", dtype="int32")
+    # Back to the source's gene order, so that the new gene_order.npy refers to it too.
+    return (restore_gene_order(adata) if "gene_order" in adata.uns.get("deltacells", {}) else adata), None
 
 
 def _csc_in_memory(adata: ad.AnnData) -> ad.AnnData:
@@ -154,7 +180,7 @@ def _read_zarr_lazily(path: Path) -> ad.AnnData:
     keys = {k for k in group.keys() if group[k].attrs.get("encoding-type") != "null"}  # noqa: SIM118 - zarr groups
     if "obs" not in keys or "var" not in keys:
         msg = f"{path}: a zarr store without obs and var groups is not an AnnData"
-        raise ValueError(msg)
+        raise CLIError(msg)
 
     def lazy(element: Any) -> Any:
         encoding = element.attrs.get("encoding-type", "")

@@ -100,12 +100,24 @@ class DecodedTile:
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
 
     def to_csr(self, dtype: np.dtype | type = np.float32) -> sparse.csr_matrix:
-        """Return the tile as a :class:`scipy.sparse.csr_matrix` with values of ``dtype``."""
+        """Return the tile as a :class:`scipy.sparse.csr_matrix` with values of ``dtype``, in arrays of its own."""
         from scipy import sparse
 
         return sparse.csr_matrix(
-            (self.data.astype(dtype, copy=False), self.indices, self.indptr), shape=self.shape, copy=False
+            (self.data.astype(dtype), self.indices.copy(), self.indptr.copy()), shape=self.shape, copy=False
         )
+
+    def copy(self) -> DecodedTile:
+        """The same tile in writable arrays of its own."""
+        return DecodedTile(
+            self.indptr.copy(), self.indices.copy(), self.data.copy(), self.n_genes, self.inexact_in_float32
+        )
+
+    def freeze(self) -> DecodedTile:
+        """Make the arrays read-only (in place) and return the tile: what a cache shares between readers."""
+        for array in (self.indptr, self.indices, self.data):
+            array.flags.writeable = False
+        return self
 
 
 def require_little_endian() -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec._frames import compress_frame
+from deltacells.errors import ExceptionPolicyError, InvalidTypeError, InvalidValueError
 from deltacells.codec._layout import (
     CHUNK_ENTRY_SIZE,
     HEADER_SIZE,
@@ -25,10 +26,6 @@ DEFAULT_LEVEL = 19
 _PARALLEL_MIN_NNZ = 50_000
 
 
-class ExceptionPolicyError(ValueError):
-    """A tile has too many exceptions for data that should be raw counts (DECISIONS.md 7)."""
-
-
 def exception_limit(nnz: int) -> int:
     """The most exceptions of either kind the writer accepts in a tile of ``nnz`` nonzeros."""
     return max(1024, nnz // 200)
@@ -42,7 +39,7 @@ def chunk_boundaries(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
     """
     if n_chunks < 1:
         msg = f"n_chunks must be at least 1, got {n_chunks}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     n_cells = indptr.shape[0] - 1
     k = min(n_chunks, n_cells)
     if k <= 0:
@@ -102,7 +99,7 @@ def encode_tile(
     """
     if int(n_chunks) < 1:
         msg = f"{name}: n_chunks must be at least 1, got {n_chunks}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     indptr, indices, data = _checked_arrays(indptr, indices, data, n_genes, name)
     n_cells = indptr.shape[0] - 1
     nnz = int(indptr[-1])
@@ -123,7 +120,7 @@ def encode_tile(
     chunk_nnz = np.diff(indptr[bounds])
     if chunk_nnz.size and chunk_nnz.max() >= 2**32:
         msg = f"{name}: a chunk would hold {chunk_nnz.max()} nonzeros (the format allows < 2^32); use more chunks"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     jobs = [(gaps, data, int(indptr[bounds[c]]), int(indptr[bounds[c + 1]]), level) for c in range(k)]
     n_threads = default_threads() if threads is None else threads
     if n_threads > 1 and k > 1 and nnz >= _PARALLEL_MIN_NNZ:
@@ -174,36 +171,36 @@ def _checked_arrays(
     for label, arr in (("indptr", indptr), ("indices", indices), ("data", data)):
         if arr.ndim != 1:
             msg = f"{name}: {label} must be one-dimensional, got shape {arr.shape}"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         if arr.dtype.kind not in "iu" and arr.size:
             msg = f"{name}: {label} must have an integer dtype, got {arr.dtype} (convert counts to integers first)"
-            raise TypeError(msg)
+            raise InvalidTypeError(msg)
     if not 1 <= int(n_genes) <= MAX_GENES:
         msg = f"{name}: n_genes is {n_genes}, must be 1 .. 2^31"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     if indptr.shape[0] < 1 or indptr[0] != 0:
         msg = f"{name}: indptr must start with 0"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     indptr = indptr.astype(np.int64, copy=False)
     if np.any(np.diff(indptr) < 0):
         msg = f"{name}: indptr must be non-decreasing"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     nnz = int(indptr[-1])
     if indices.shape[0] != nnz or data.shape[0] != nnz:
         msg = f"{name}: indptr ends at {nnz} but there are {indices.shape[0]} indices and {data.shape[0]} values"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     if nnz:
         bad = np.flatnonzero((indices < 0) | (indices >= n_genes))
         if bad.size:
             msg = f"{name}: gene index {indices[bad[0]]} at nonzero {bad[0]} is outside [0, {n_genes})"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         bad = np.flatnonzero((data < 1) | (data > MAX_COUNT))
         if bad.size:
             msg = (
                 f"{name}: count {data[bad[0]]} at nonzero {bad[0]} is outside [1, 2^31 - 1] "
                 "(drop explicit zeros; counts must be raw non-negative integers)"
             )
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
     return indptr, indices.astype(np.int64, copy=False), data.astype(np.int64, copy=False)
 
 
@@ -221,7 +218,7 @@ def _gaps(indptr: np.ndarray, indices: np.ndarray, name: str) -> np.ndarray:
     if bad.size:
         cell = int(np.searchsorted(indptr, bad[0], side="right")) - 1
         msg = f"{name}: gene indices of cell {cell} are not strictly increasing (sort indices and sum duplicates first)"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     return gaps
 
 

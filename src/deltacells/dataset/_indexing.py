@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from deltacells.errors import InvalidTypeError, OutOfRangeError
 
 
 def normalize_rows(index: Any, n_rows: int) -> np.ndarray | slice:
@@ -38,22 +39,22 @@ def normalize_rows(index: Any, n_rows: int) -> np.ndarray | slice:
         i = int(index)
         if not -n_rows <= i < n_rows:
             msg = f"row {i} is out of range for {n_rows} rows"
-            raise IndexError(msg)
+            raise OutOfRangeError(msg)
         return np.array([i % n_rows], dtype=np.int64)
     arr = np.asarray(index)
     if arr.dtype == bool:
         if arr.ndim != 1 or arr.shape[0] != n_rows:
             msg = f"boolean index of shape {arr.shape} does not match {n_rows} rows"
-            raise IndexError(msg)
+            raise OutOfRangeError(msg)
         return np.flatnonzero(arr).astype(np.int64)
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind not in "iu":
         msg = f"rows must be selected by integers, slices or a boolean mask, not {arr.dtype}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     arr = arr.reshape(-1).astype(np.int64, copy=False)
     if arr.min() < -n_rows or arr.max() >= n_rows:
         bad = arr[(arr < -n_rows) | (arr >= n_rows)][0]
         msg = f"row {bad} is out of range for {n_rows} rows"
-        raise IndexError(msg)
+        raise OutOfRangeError(msg)
     return np.where(arr < 0, arr + n_rows, arr)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from deltacells.errors import InvalidValueError
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -93,7 +94,7 @@ class _Model:
     ) -> None:
         if n_cells < 0 or n_genes < 1 or n_cell_types < 1 or n_donors < 1:
             msg = "n_cells must be >= 0 and n_genes, n_cell_types, n_donors >= 1"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         self.rng = np.random.default_rng(seed)
         rng = self.rng
         self.n_cells, self.n_genes = n_cells, n_genes

@@ -1,11 +1,37 @@
 """The format's rules, in one place: object names, the manifest and obs schema models, and checkers.
 
-Checkers are generators of :class:`Problem`: a reader raises the first one, ``validate`` collects them all.
-This package depends on nothing of deltacells but :mod:`deltacells.errors` and :mod:`deltacells.codec`.
+Every rule is a *checker*, a generator of :class:`Problem` that may return what it parsed: a reader raises
+the first problem (:func:`first_problem_raises`), ``deltacells validate`` collects them all
+(:func:`collect`). This package depends only on :mod:`deltacells.errors` (and on :mod:`deltacells.codec`
+to decode tiles).
+
+=====================  =========================================================================
+module                 rules of
+=====================  =========================================================================
+``_names``             the name and path of every object of a dataset
+``_problems``          :class:`Problem`, and raising or collecting what checkers find
+``_manifest``          ``manifest.json`` (:class:`Manifest`, :func:`check_manifest`)
+``_obs_schema``        ``obs/schema.json`` (:class:`ObsSchema`, :class:`ObsColumn`)
+``_fingerprint``       the obs fingerprint (DECISIONS.md 1)
+``_listing``           the objects present against the manifest's flags and counts
+``_sidecars``          ``gene_order.npy``, ``var_names.txt``, ``var.parquet``
+``_tiles``             a tile against the manifest
+``_shards``            an obs shard against the manifest and the schema
+=====================  =========================================================================
 """
 
 from __future__ import annotations
 
+from deltacells.format._fingerprint import obs_fingerprint
+from deltacells.format._listing import check_flags, check_stray_objects
+from deltacells.format._manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    Manifest,
+    ManifestFields,
+    check_manifest,
+    check_manifest_text,
+)
 from deltacells.format._names import (
     DATASET_ENTRIES,
     GENE_ORDER_NAME,
@@ -21,12 +47,42 @@ from deltacells.format._names import (
     obs_shard_path,
     tile_path,
 )
+from deltacells.format._obs_schema import (
+    CATEGORY_ARROW_TYPES,
+    INDEX_COLUMN,
+    KINDS,
+    NUMERIC_ARROW_TYPES,
+    OBS_FORMAT_NAME,
+    OBS_FORMAT_VERSION,
+    ObsColumn,
+    ObsSchema,
+    arrow_type,
+)
+from deltacells.format._problems import Checker, Problem, collect, first_problem_raises, problem_from_error
+from deltacells.format._shards import (
+    check_codes,
+    check_fingerprint,
+    check_shard_bytes,
+    check_shard_layout,
+    shard_tiles,
+)
+from deltacells.format._sidecars import GENE_ORDER_DTYPE, check_gene_order, check_var_names, check_var_table
+from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile
 
 __all__ = [
+    "CATEGORY_ARROW_TYPES",
     "DATASET_ENTRIES",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "GENE_ORDER_DTYPE",
     "GENE_ORDER_NAME",
+    "INDEX_COLUMN",
+    "KINDS",
     "MANIFEST_NAME",
+    "NUMERIC_ARROW_TYPES",
     "OBS_DIR",
+    "OBS_FORMAT_NAME",
+    "OBS_FORMAT_VERSION",
     "OBS_SCHEMA_NAME",
     "SIDECAR_FLAGS",
     "SIDECAR_NAMES",
@@ -34,6 +90,32 @@ __all__ = [
     "TILES_DIR",
     "VAR_NAMES_NAME",
     "VAR_TABLE_NAME",
+    "Checker",
+    "Manifest",
+    "ManifestFields",
+    "ObsColumn",
+    "ObsSchema",
+    "Problem",
+    "arrow_type",
+    "check_codes",
+    "check_fingerprint",
+    "check_flags",
+    "check_gene_order",
+    "check_manifest",
+    "check_manifest_text",
+    "check_shard_bytes",
+    "check_shard_layout",
+    "check_stray_objects",
+    "check_tile",
+    "check_tile_size",
+    "check_var_names",
+    "check_var_table",
+    "collect",
+    "decode_checked_tile",
+    "first_problem_raises",
+    "obs_fingerprint",
     "obs_shard_path",
+    "problem_from_error",
+    "shard_tiles",
     "tile_path",
 ]

@@ -10,6 +10,7 @@ from anndata.abc import CSRDataset
 from scipy import sparse
 
 from deltacells.dataset._indexing import normalize_rows
+from deltacells.errors import InvalidTypeError, OutOfRangeError
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -28,10 +29,10 @@ def parse_read_dtype(dtype: DTypeLike) -> np.dtype:
         parsed = np.dtype(dtype)
     except TypeError as exc:
         msg = f"dtype must be one of float32, int32, int64, float64; got {dtype!r}"
-        raise TypeError(msg) from exc
+        raise InvalidTypeError(msg) from exc
     if parsed not in READ_DTYPES:
         msg = f"dtype must be one of float32, int32, int64, float64; got {parsed}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     return parsed
 
 
@@ -155,7 +156,7 @@ def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:
     ellipses = [k for k, part in enumerate(index) if part is Ellipsis]
     if len(ellipses) > 1:
         msg = "an index can only have a single ellipsis ('...')"
-        raise IndexError(msg)
+        raise OutOfRangeError(msg)
     if ellipses:
         k = ellipses[0]
         index = (*index[:k], *(slice(None),) * max(0, 3 - len(index)), *index[k + 1 :])
@@ -166,7 +167,7 @@ def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:
     if len(index) == 2:
         return _flatten(index[0]), _flatten(index[1])
     msg = f"too many indices for a 2-D matrix: {len(index)}"
-    raise IndexError(msg)
+    raise OutOfRangeError(msg)
 
 
 def _flatten(part: Any) -> Any:
@@ -178,7 +179,7 @@ def _flatten(part: Any) -> Any:
         return arr.reshape(-1)
     if arr.ndim > 1:
         msg = f"index arrays must be one-dimensional (or np.ix_ pairs), got shape {arr.shape}"
-        raise IndexError(msg)
+        raise OutOfRangeError(msg)
     return arr
 
 

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from deltacells.dataset import DEFAULT_TILE_CACHE_BYTES, Dataset, open_dataset
-from deltacells.errors import FormatError
+from deltacells.dataset import Dataset, open_dataset
+from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._sources import view_parts
+from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -149,16 +150,9 @@ def read_obs(
 def read_var(dataset: Dataset) -> pd.DataFrame:
     """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``."""
     n_genes = dataset.n_genes
-    if dataset.manifest.has_var_table:
-        where = f"{dataset.store.url}/var.parquet"
-        try:
-            var = pd.read_parquet(io.BytesIO(dataset.store.read("var.parquet")))
-        except (OSError, ValueError) as exc:
-            msg = f"{where}: not a readable parquet table ({exc})"
-            raise FormatError(msg) from exc
-        if var.shape[0] != n_genes:
-            msg = f"{where}: {var.shape[0]} rows for n_genes = {n_genes}"
-            raise FormatError(msg)
+    table = dataset.var_table()
+    if table is not None:
+        var = table.to_pandas()
         if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
             var.index = var.index.astype(str)
         else:
@@ -183,11 +177,11 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
     entry = adata.uns.get(UNS_KEY, {})
     if "gene_order" not in entry:
         msg = "this dataset has no gene_order.npy: it was written in its original gene order"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     gene_order = np.asarray(entry["gene_order"])
     if gene_order.shape != (adata.n_vars,):
         msg = "uns['deltacells']['gene_order'] does not match the genes of this AnnData (was it subset by genes?)"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     return adata[:, np.argsort(gene_order)]
 
 
@@ -198,7 +192,7 @@ def _dataset_of(adata: ad.AnnData) -> Dataset:
     X = view_parts(adata)[0].X
     if not isinstance(X, TiledCSRDataset):
         msg = "this AnnData was not read with deltacells.read_deltacells (its X is not a TiledCSRDataset)"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     return X.dataset
 
 
@@ -220,11 +214,11 @@ def _read_obs_frame(
     n_cells = dataset.n_cells
     if isinstance(columns, str):
         msg = f"obs columns must be a list of column names, not the string {columns!r}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     if (columns is not None and len(columns) == 0 and not obs_names) or not dataset.manifest.has_obs:
         if columns and not dataset.manifest.has_obs:
             msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
         return pd.DataFrame(index=_default_names(n_cells))
     from deltacells.obs import ObsStore
 
@@ -237,7 +231,7 @@ def _read_obs_frame(
         missing = [c for c in wanted if c not in available]
         if missing:
             msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
     if not wanted and not obs_names:
         return pd.DataFrame(index=_default_names(n_cells))
     frame = obs_store.to_dataframe(wanted)

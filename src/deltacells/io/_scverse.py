@@ -1,8 +1,8 @@
 """``import deltacells`` makes ``scanpy.read_deltacells`` and ``AnnData.write_deltacells`` available.
 
-Nothing that already exists is replaced. scanpy is not imported by deltacells: the
-function is added when scanpy is imported (or at once if it already is), through
-wrapt's post-import hooks.
+Nothing that already exists is replaced. Neither anndata nor scanpy is imported by
+``import deltacells``: each is extended when it is imported (or at once if it already is),
+through wrapt's post-import hooks, so that the command line starts fast.
 """
 
 from __future__ import annotations
@@ -29,11 +29,17 @@ def _add_to_scanpy(scanpy: ModuleType) -> None:
         scanpy.read_deltacells = read_deltacells
 
 
-def attach() -> None:
-    """Add ``AnnData.write_deltacells`` now and ``scanpy.read_deltacells`` when scanpy is imported."""
-    import anndata
-    import wrapt
-
+def _add_to_anndata(anndata: ModuleType) -> None:
     if not hasattr(anndata.AnnData, "write_deltacells"):
         anndata.AnnData.write_deltacells = _write_deltacells_method
+
+
+def attach() -> None:
+    """Add ``AnnData.write_deltacells`` and ``scanpy.read_deltacells`` once anndata and scanpy are imported.
+
+    Neither is imported here: the methods are added when they are (at once if they already are).
+    """
+    import wrapt
+
+    wrapt.register_post_import_hook(_add_to_anndata, "anndata")
     wrapt.register_post_import_hook(_add_to_scanpy, "scanpy")

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells.dataset._indexing import normalize_rows
+from deltacells.errors import InvalidValueError, UnknownKeyError
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -52,24 +53,24 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
     """The matrix to convert: ``X``, ``layers[layer]`` or ``raw.X``, without materialising views."""
     if layer is not None and raw:
         msg = "pass either layer= or raw=True, not both"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     ref, rows, cols = view_parts(adata)
     if raw:
         if ref.raw is None:
             msg = "raw=True but this AnnData has no .raw"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         matrix, cols, label = ref.raw.X, slice(None), "raw.X"
     elif layer is not None:
         if layer not in ref.layers:
             names = [k for k in ref.layers if k is not None]  # anndata 0.13 lists X as None
             msg = f"layer {layer!r} not found; this AnnData has layers {names}"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
         matrix, label = ref.layers[layer], f"layers[{layer!r}]"
     else:
         matrix, label = ref.X, "X"
     if matrix is None:
         msg = f"this AnnData has no {label} to write"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     n_rows, n_cols = matrix.shape
     return MatrixSource(matrix, normalize_rows(rows, n_rows), normalize_rows(cols, n_cols), label)
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
-from deltacells.dataset import DEFAULT_TILE_SIZE, TileWriter, to_count_csr
-from deltacells.dataset._writer import check_output
-from deltacells.errors import warn
+from deltacells.dataset import DatasetWriter
+from deltacells.dataset._output import check_output
+from deltacells.errors import InvalidTypeError, UnknownKeyError, warn
 from deltacells.io._sources import MatrixSource, matrix_source, view_parts
-from deltacells.storage import Store
+from deltacells.storage import open_store
+from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, to_count_csr
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -76,7 +76,8 @@ def write_deltacells(
     metadata
         Free-form JSON object stored in the manifest.
     overwrite
-        Replace an existing dataset at ``path``.
+        Replace an existing dataset at ``path``. The old dataset stays whole and readable until the new one
+        is complete; a conversion that fails or is killed leaves it as it was.
     threads
         Threads encoding tiles (default: the usable CPUs).
     progress
@@ -97,7 +98,7 @@ def write_deltacells(
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
     ref = view_parts(adata)[0]
     var = (ref.raw.var if raw else ref.var).iloc[source.cols].copy()
-    store = Store(path, storage_options)
+    store = open_store(path, storage_options)
     check_output(store, overwrite=overwrite)
     _warn_dropped(adata, layer=layer, raw=raw)
 
@@ -118,7 +119,7 @@ def write_deltacells(
             gene_order = np.argsort(-totals, kind="stable")
             bar.reset(total=n_cells)
         bar.set_description("tiles")
-        writer = TileWriter(
+        writer = DatasetWriter(
             store,
             n_genes,
             tile_size=tile_size,
@@ -131,7 +132,7 @@ def write_deltacells(
             obs_tiles_per_file=obs_tiles_per_file,
             max_categories=max_categories,
             metadata=metadata,
-            overwrite=True,
+            overwrite=overwrite,
             threads=threads,
         )
         with writer:
@@ -140,7 +141,7 @@ def write_deltacells(
         bar.close()
 
 
-def _write_blocks(writer: TileWriter, source: MatrixSource, block_rows: int, bar: Any) -> None:
+def _write_blocks(writer: DatasetWriter, source: MatrixSource, block_rows: int, bar: Any) -> None:
     for block in source.blocks(block_rows):
         before = writer.n_cells
         writer.write(block)
@@ -152,12 +153,12 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
     obs = adata.obs
     if isinstance(obs_columns, str):
         msg = f"obs_columns must be a list of column names, not the string {obs_columns!r}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     if obs_columns is not None:
         missing = [c for c in obs_columns if c not in obs.columns]
         if missing:
             msg = f"obs_columns {missing} are not in adata.obs (which has {list(obs.columns)})"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
         obs = obs[list(obs_columns)]
     from deltacells.obs import check_obs
 

@@ -6,26 +6,21 @@ localizes the columns asked for into a local cache (once per node) and reads the
 
 from __future__ import annotations
 
-from deltacells.obs._cache import ObsCacheError, ObsStore, resolve_cache_dir
+from deltacells.format import ObsColumn, ObsSchema
+from deltacells.obs._cache import ObsStore, resolve_cache_dir
 from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES
 from deltacells.obs._files import column_file_name
-from deltacells.obs._fingerprint import obs_fingerprint
-from deltacells.obs._schema import INDEX_COLUMN, SCHEMA_NAME, ObsColumn, ObsSchema
 from deltacells.obs._write import DEFAULT_OBS_TILES_PER_FILE, ObsWriteResult, check_obs, write_obs
 
 __all__ = [
     "DEFAULT_MAX_CATEGORIES",
     "DEFAULT_OBS_TILES_PER_FILE",
-    "INDEX_COLUMN",
-    "SCHEMA_NAME",
-    "ObsCacheError",
     "ObsColumn",
     "ObsSchema",
     "ObsStore",
     "ObsWriteResult",
     "check_obs",
     "column_file_name",
-    "obs_fingerprint",
     "resolve_cache_dir",
     "write_obs",
 ]

@@ -24,8 +24,7 @@ import pandas as pd
 import pyarrow as pa
 from filelock import FileLock
 
-from deltacells.dataset._manifest import Manifest
-from deltacells.errors import DeltaCellsError, FormatError
+from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError, ObsCacheError
 from deltacells.obs._decode import to_pandas_values
 from deltacells.obs._dtypes import default_string_dtype
 from deltacells.obs._files import (
@@ -35,10 +34,18 @@ from deltacells.obs._files import (
     read_column_file,
     remove_stale_temporaries,
 )
-from deltacells.obs._fingerprint import obs_fingerprint
-from deltacells.obs._schema import INDEX_COLUMN, SCHEMA_NAME, ObsColumn, ObsSchema
+from deltacells.format import (
+    INDEX_COLUMN,
+    OBS_SCHEMA_NAME,
+    Manifest,
+    ObsColumn,
+    ObsSchema,
+    check_fingerprint,
+    first_problem_raises,
+    obs_fingerprint,
+)
 from deltacells.obs._shards import read_shard_bytes, tile_columns
-from deltacells.storage import Store
+from deltacells.storage import BaseStore
 
 __all__ = ["ObsCacheError", "ObsStore", "resolve_cache_dir"]
 
@@ -46,10 +53,6 @@ __all__ = ["ObsCacheError", "ObsStore", "resolve_cache_dir"]
 VERIFIED_NAME = "verified.json"
 LOCK_NAME = ".lock"
 _VERIFIED_FORMAT = "deltacells-obs-verified"
-
-
-class ObsCacheError(DeltaCellsError, OSError):
-    """The obs cache directory cannot be created or written (read-only, full, not a directory...)."""
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -102,7 +105,7 @@ class ObsStore:
 
     def __init__(
         self,
-        store: Store,
+        store: BaseStore,
         manifest: Manifest,
         *,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -225,13 +228,13 @@ class ObsStore:
         """
         if isinstance(columns, str):
             msg = f"columns must be a list of column names, not the string {columns!r}"
-            raise TypeError(msg)
+            raise InvalidTypeError(msg)
         names = self.columns if columns is None else list(columns)
         self._check_names(names)
         if len(set(names)) != len(names):
             duplicate = next(n for i, n in enumerate(names) if n in names[:i])
             msg = f"column {duplicate!r} is asked for more than once"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         arrays = self._arrays([*names, *self._index_names()])
         index = self._index(arrays)
         frame = pd.DataFrame({name: _series(self.schema.column(name), arrays[name], None) for name in names})
@@ -257,7 +260,7 @@ class ObsStore:
 
     def _load_schema(self) -> ObsSchema:
         self._require_obs()
-        where = f"{self.store.url}/{SCHEMA_NAME}"
+        where = f"{self.store.url}/{OBS_SCHEMA_NAME}"
         copy = self.directory / "schema.json"
         text: str | None = None
         with contextlib.suppress(OSError, UnicodeDecodeError):
@@ -266,18 +269,13 @@ class ObsStore:
                 text = cached
         if text is None:
             try:
-                text = self.store.read(SCHEMA_NAME).decode("utf-8")
+                text = self.store.read(OBS_SCHEMA_NAME).decode("utf-8")
             except UnicodeDecodeError as exc:
                 msg = f"{where}: not UTF-8 text ({exc})"
                 raise FormatError(msg) from exc
             matches = self._fingerprint_of(text) == self.manifest.obs_fingerprint
             if self.verify and not matches:
-                msg = (
-                    f"{where}: the schema text does not match manifest.json field obs_fingerprint "
-                    f"{self.manifest.obs_fingerprint} (schema, tile_cells and shard SHA-256s hash to "
-                    f"{self._fingerprint_of(text)}); the obs files were modified or do not belong to this manifest"
-                )
-                raise FormatError(msg)
+                first_problem_raises(check_fingerprint(text, self.manifest.to_fields()), self.store.url)
             if matches:
                 with contextlib.suppress(OSError):  # only a shortcut: a read-only cache still reads
                     copy.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +287,7 @@ class ObsStore:
         for name in names:
             if not isinstance(name, str):
                 msg = f"obs column names are strings, got {name!r}"
-                raise TypeError(msg)
+                raise InvalidTypeError(msg)
             schema.column(name)  # KeyError naming the column
         return names
 
@@ -440,5 +438,5 @@ def _series(column: ObsColumn, array: pa.Array, index: pd.Index | None) -> pd.Se
     return pd.Series(values, index=index, name=column.name, dtype=getattr(values, "dtype", None), copy=False)
 
 
-def _rebuild(store: Store, manifest: dict[str, Any], cache_dir: Any, verify: bool) -> ObsStore:
+def _rebuild(store: BaseStore, manifest: dict[str, Any], cache_dir: Any, verify: bool) -> ObsStore:
     return ObsStore(store, Manifest.from_dict(manifest), cache_dir=cache_dir, verify=verify)

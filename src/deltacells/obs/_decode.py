@@ -18,11 +18,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltacells.errors import FormatError
+from deltacells.format import ObsColumn, check_codes, first_problem_raises
 from deltacells.obs._dtypes import default_string_dtype, dtype_from_hint
-from deltacells.obs._schema import ObsColumn
 
-__all__ = ["categories_index", "check_codes", "to_pandas_values"]
+__all__ = ["categories_index", "to_pandas_values"]
 
 
 def to_pandas_values(column: ObsColumn, array: pa.Array) -> Any:
@@ -40,19 +39,6 @@ def to_pandas_values(column: ObsColumn, array: pa.Array) -> Any:
     if column.kind == "bool":
         return _booleans(column, array)
     return _numbers(column, array)
-
-
-def check_codes(column: ObsColumn, array: pa.Array | pa.ChunkedArray, where: str) -> None:
-    """Raise :class:`FormatError` if a category code of ``array`` is outside ``-1 .. len(categories) - 1``."""
-    if len(array) == array.null_count:  # empty, or every code null (missing)
-        return
-    bounds = pc.min_max(array)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    n = len(column.categories or ())
-    if low < -1 or high >= n:
-        bad = low if low < -1 else high
-        msg = f"{where}: column {column.name!r} holds category code {bad}, outside -1 .. {n - 1} ({n} categories)"
-        raise FormatError(msg)
 
 
 def categories_index(column: ObsColumn) -> pd.Index:
@@ -73,7 +59,7 @@ def categories_index(column: ObsColumn) -> pd.Index:
 
 
 def _categorical(column: ObsColumn, array: pa.Array) -> pd.Categorical:
-    check_codes(column, array, f"obs column {column.name!r}")
+    first_problem_raises(check_codes(column, array, f"obs column {column.name!r}", ""))
     if array.null_count:
         array = array.fill_null(-1)
     codes = array.to_numpy(zero_copy_only=False)

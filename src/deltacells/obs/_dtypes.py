@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from deltacells.errors import InvalidValueError
 
 __all__ = ["default_string_dtype", "dtype_from_hint", "is_nan_string_dtype", "string_hint"]
 
@@ -51,7 +52,7 @@ def _string_dtype_from_hint(hint: str) -> Any:
         except (TypeError, ValueError, ImportError):  # a pandas without it: its own default
             return default_string_dtype()
     msg = f"not a string dtype hint: {hint!r}"
-    raise ValueError(msg)
+    raise InvalidValueError(msg)
 
 
 def dtype_from_hint(hint: str | None, *, family: str) -> Any:

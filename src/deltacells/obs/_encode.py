@@ -13,7 +13,7 @@ object of str / string / str               string (nulls)            string     
 anything else                              ValueError / TypeError naming the column and the fix
 =========================================  ========================  =======================  ====================
 
-(*) only when it is not the default (see :mod:`deltacells.obs._schema`).
+(*) only when it is not the default (see :mod:`deltacells.format._obs_schema`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 
 from deltacells.obs._dtypes import string_hint
-from deltacells.obs._schema import INDEX_COLUMN, ObsColumn
+from deltacells.format import INDEX_COLUMN, ObsColumn
+from deltacells.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["DEFAULT_MAX_CATEGORIES", "encode_column", "encode_index"]
 
@@ -114,7 +115,7 @@ def encode_column(
             return ObsColumn(name, "bool", "bool", pandas_dtype="bool"), pa.array(series.to_numpy())
         if dtype == np.dtype(object):
             return _encode_object(name, series)
-        raise TypeError(_unsupported(name, dtype))
+        raise InvalidTypeError(_unsupported(name, dtype))
     if isinstance(dtype, pd.api.extensions.ExtensionDtype):
         if dtype.name in _MASKED_ARROW_NAMES and not isinstance(dtype, pd.ArrowDtype):
             arrow_name = _MASKED_ARROW_NAMES[dtype.name]
@@ -125,14 +126,14 @@ def encode_column(
         if isinstance(dtype, pd.StringDtype):
             column = ObsColumn(name, "string", "string", pandas_dtype=string_hint(dtype))
             return column, _string_array(name, series.array)
-    raise TypeError(_unsupported(name, dtype))
+    raise InvalidTypeError(_unsupported(name, dtype))
 
 
 def _encode_object(name: str, series: pd.Series) -> tuple[ObsColumn, pa.Array]:
     values = series.to_numpy()
     inferred = pd.api.types.infer_dtype(values, skipna=True)
     if inferred not in ("string", "empty"):
-        raise TypeError(_unsupported(name, series.dtype, f"holding {inferred} values, not only strings"))
+        raise InvalidTypeError(_unsupported(name, series.dtype, f"holding {inferred} values, not only strings"))
     column = ObsColumn(name, "string", "string", pandas_dtype=string_hint(series.dtype))
     return column, _string_array(name, values)
 
@@ -142,7 +143,7 @@ def _string_array(name: str, values: Any) -> pa.Array:
         array = pa.array(values, type=pa.string(), from_pandas=True)
     except (pa.ArrowException, UnicodeError) as exc:
         msg = f"obs column {name!r}: its strings cannot be stored as UTF-8 text ({exc})"
-        raise ValueError(msg) from exc
+        raise InvalidValueError(msg) from exc
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     return array
@@ -184,7 +185,7 @@ def _category_values(name: str, categories: pd.Index) -> tuple[list[Any], type |
         elif isinstance(value, (float, np.floating)):
             if not math.isfinite(value):
                 msg = f"obs column {name!r}: category {value!r} is not a finite number, which obs cannot store"
-                raise ValueError(msg)
+                raise InvalidValueError(msg)
             kinds.add(float)
             converted.append(float(value))
         elif isinstance(value, str):
@@ -200,7 +201,7 @@ def _category_values(name: str, categories: pd.Index) -> tuple[list[Any], type |
             f"{categories.dtype}); obs stores categories of one type: strings, integers, floats or booleans. "
             f"Convert it, e.g. df[{name!r}] = df[{name!r}].astype(str), or leave it out with obs_columns="
         )
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     return converted, next(iter(kinds))
 
 

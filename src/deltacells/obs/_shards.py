@@ -1,34 +1,33 @@
-"""Reading obs shards: integrity and layout checks, and the chunks of some columns, tile by tile."""
+"""Reading obs shards through the store: whole and checked against the manifest, or only some columns' chunks."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltacells.dataset._manifest import obs_shard_path
-from deltacells.errors import FormatError, MissingObjectError
-from deltacells.obs._decode import check_codes
-from deltacells.obs._schema import ObsSchema
+from deltacells.errors import FormatError
+from deltacells.format import (
+    Problem,
+    check_codes,
+    check_shard_bytes,
+    check_shard_layout,
+    first_problem_raises,
+    obs_shard_path,
+    shard_tiles,
+)
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Manifest
-    from deltacells.storage import Store
+    from deltacells.format import Manifest, ManifestFields, ObsSchema
+    from deltacells.storage import BaseStore
 
-__all__ = ["read_shard_bytes", "shard_tiles", "tile_columns"]
-
-
-def shard_tiles(manifest: Manifest, shard: int) -> range:
-    """The tiles that shard ``shard`` holds, one row group each."""
-    per_file = int(manifest.obs_tiles_per_file or 1)
-    return range(shard * per_file, min((shard + 1) * per_file, manifest.n_tiles))
+__all__ = ["read_shard_bytes", "tile_columns"]
 
 
-def read_shard_bytes(store: Store, manifest: Manifest, shard: int) -> bytes:
+def read_shard_bytes(store: BaseStore, manifest: Manifest, shard: int) -> bytes:
     """Read shard ``shard`` whole and check its size and SHA-256 against the manifest.
 
     Raises
@@ -38,84 +37,31 @@ def read_shard_bytes(store: Store, manifest: Manifest, shard: int) -> bytes:
     MissingObjectError
         If the shard is missing.
     """
-    name = obs_shard_path(shard)
-    blob = store.read(name)
-    expected = int(manifest.obs_shard_bytes[shard])
-    if len(blob) != expected:
-        msg = (
-            f"{store.url}/{name}: size is {len(blob)} bytes but manifest.json field obs_shard_bytes[{shard}] "
-            f"says {expected}; the shard does not match the manifest"
-        )
-        raise FormatError(msg)
-    digest = hashlib.sha256(blob).hexdigest()
-    if digest != manifest.obs_shard_sha256[shard]:
-        msg = (
-            f"{store.url}/{name}: SHA-256 is {digest} but manifest.json field obs_shard_sha256[{shard}] says "
-            f"{manifest.obs_shard_sha256[shard]}; the shard was modified or damaged"
-        )
-        raise FormatError(msg)
+    blob = store.read(obs_shard_path(shard))
+    first_problem_raises(check_shard_bytes(blob, shard, manifest.to_fields()), store.url)
     return blob
 
 
 @contextlib.contextmanager
-def _open_parquet(store: Store, shard: int, blob: bytes | None) -> Iterator[pq.ParquetFile]:
+def _open_parquet(store: BaseStore, shard: int, blob: bytes | None, size: int) -> Iterator[pq.ParquetFile]:
     """A ParquetFile over ``blob``, or over ranged reads of the stored shard when ``blob`` is None."""
     name = obs_shard_path(shard)
-    where = f"{store.url}/{name}"
     with contextlib.ExitStack() as stack:
-        if blob is None:
-            try:
-                try:
-                    handle = store.fs.open(store.path(name), mode="rb", cache_type="none")
-                except TypeError:  # filesystems without cache types
-                    handle = store.fs.open(store.path(name), mode="rb")
-            except FileNotFoundError as exc:
-                msg = f"{store.url}: {name} is missing"
-                raise MissingObjectError(msg) from exc
-            source = stack.enter_context(handle)
-        else:
+        if blob is not None:
             source = pa.BufferReader(blob)
+        else:
+            source = stack.enter_context(store.open_file(name, size))
         try:
             parquet = pq.ParquetFile(source)
         except (pa.ArrowException, OSError) as exc:
-            msg = f"{where}: not a readable parquet file ({exc})"
-            raise FormatError(msg) from exc
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise Problem(name, f"not a readable parquet file ({exc})").to_exception(store.url) from exc
         yield parquet
 
 
-def _check_layout(parquet: pq.ParquetFile, schema: ObsSchema, manifest: Manifest, shard: int, where: str) -> None:
-    """The shard holds exactly the schema's columns and types, and one row group of ``tile_cells[t]`` rows per tile."""
-    arrow_schema = parquet.schema_arrow
-    if arrow_schema.names != schema.names:
-        msg = f"{where}: columns are {arrow_schema.names}, but obs/schema.json lists {schema.names}"
-        raise FormatError(msg)
-    for field, column in zip(arrow_schema, schema.columns, strict=True):
-        if field.type != column.pa_type:
-            msg = (
-                f"{where}: column {column.name!r} has Arrow type {field.type}, but obs/schema.json says "
-                f"{column.arrow_type}"
-            )
-            raise FormatError(msg)
-    tiles = shard_tiles(manifest, shard)
-    metadata = parquet.metadata
-    if metadata.num_row_groups != len(tiles):
-        msg = (
-            f"{where}: has {metadata.num_row_groups} row groups, expected {len(tiles)} (one per tile, "
-            f"tiles {tiles.start} .. {tiles.stop - 1})"
-        )
-        raise FormatError(msg)
-    for group, tile in enumerate(tiles):
-        rows = metadata.row_group(group).num_rows
-        if rows != int(manifest.tile_cells[tile]):
-            msg = (
-                f"{where}: row group {group} (tile {tile}) has {rows} rows, but manifest.json field "
-                f"tile_cells[{tile}] is {int(manifest.tile_cells[tile])}"
-            )
-            raise FormatError(msg)
-
-
 def tile_columns(
-    store: Store,
+    store: BaseStore,
     manifest: Manifest,
     schema: ObsSchema,
     shard: int,
@@ -143,27 +89,29 @@ def tile_columns(
         Naming the shard and the field at fault, for a layout that differs from the schema and manifest or
         category codes out of range.
     """
-    where = f"{store.url}/{obs_shard_path(shard)}"
-    with _open_parquet(store, shard, blob) as parquet:
-        _check_layout(parquet, schema, manifest, shard, where)
-        for group, tile in enumerate(shard_tiles(manifest, shard)):
+    name = obs_shard_path(shard)
+    fields: ManifestFields = manifest.to_fields()
+    with _open_parquet(store, shard, blob, int(manifest.obs_shard_bytes[shard])) as parquet:
+        first_problem_raises(check_shard_layout(parquet, shard, schema, fields), store.url)
+        for group, tile in enumerate(shard_tiles(fields, shard)):
+            at = f"row group {group} (tile {tile}): "
             try:
                 table = parquet.read_row_group(group, columns=names, use_threads=False)
             except (pa.ArrowException, OSError) as exc:
-                msg = f"{where}: row group {group} (tile {tile}) cannot be read ({exc})"
-                raise FormatError(msg) from exc
+                raise Problem(name, f"{at}cannot be read ({exc})").to_exception(store.url) from exc
             out: dict[str, pa.Array] = {}
-            for name in names:
-                column = schema.column(name)
-                chunks = table.column(name)
+            for column_name in names:
+                column = schema.column(column_name)
+                chunks = table.column(column_name)
                 values = chunks.combine_chunks() if chunks.num_chunks != 1 else chunks.chunk(0)
                 if len(values) != int(manifest.tile_cells[tile]) or values.type != column.pa_type:
-                    msg = (
-                        f"{where}: row group {group} (tile {tile}) column {name!r} read as {len(values)} values of "
-                        f"{values.type}, expected {int(manifest.tile_cells[tile])} of {column.arrow_type}"
+                    problem = Problem(
+                        name,
+                        f"{at}column {column_name!r} read as {len(values)} values of {values.type}, expected "
+                        f"{int(manifest.tile_cells[tile])} of {column.arrow_type}",
                     )
-                    raise FormatError(msg)
+                    raise problem.to_exception(store.url)
                 if column.kind == "category":
-                    check_codes(column, values, f"{where} row group {group} (tile {tile})")
-                out[name] = values
+                    first_problem_raises(check_codes(column, values, name, at), store.url)
+                out[column_name] = values
             yield tile, out

@@ -11,13 +11,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltacells.dataset._manifest import obs_shard_path
+from deltacells.format import obs_shard_path
 from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES, encode_column, encode_index
-from deltacells.obs._fingerprint import obs_fingerprint
-from deltacells.obs._schema import INDEX_COLUMN, SCHEMA_NAME, ObsSchema
+from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema, obs_fingerprint
+from deltacells.errors import InvalidTypeError, InvalidValueError
 
 if TYPE_CHECKING:
-    from deltacells.storage import Store
+    from deltacells.storage import BaseStore
 
 __all__ = ["DEFAULT_OBS_TILES_PER_FILE", "ObsWriteResult", "check_obs", "write_obs"]
 
@@ -61,7 +61,7 @@ class ObsWriteResult:
 
 
 def write_obs(
-    store: Store,
+    store: BaseStore,
     obs: pd.DataFrame,
     tile_cells: np.ndarray,
     *,
@@ -96,13 +96,13 @@ def write_obs(
     """
     if not isinstance(obs, pd.DataFrame):
         msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     cells = _check_tile_cells(tile_cells)
     per_file = _positive_int(obs_tiles_per_file, "obs_tiles_per_file", minimum=1)
     max_categories = _positive_int(max_categories, "max_categories", minimum=0)
     if len(obs) != int(cells.sum()):
         msg = f"obs has {len(obs)} rows but the tiles hold {int(cells.sum())} cells; obs needs one row per cell"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     _check_column_names(obs)
 
     encoded = [encode_index(obs.index)]
@@ -124,7 +124,7 @@ def write_obs(
         store.write(obs_shard_path(shard), blob)
         shard_bytes.append(len(blob))
         shard_sha256.append(hashlib.sha256(blob).hexdigest())
-    store.write(SCHEMA_NAME, schema_text.encode("utf-8"))
+    store.write(OBS_SCHEMA_NAME, schema_text.encode("utf-8"))
     return ObsWriteResult(
         obs_tiles_per_file=per_file,
         shard_bytes=tuple(shard_bytes),
@@ -147,18 +147,18 @@ def _check_tile_cells(tile_cells: Any) -> np.ndarray:
     cells = np.asarray(tile_cells)
     if cells.ndim != 1 or (cells.size and cells.dtype.kind not in "iu"):
         msg = f"tile_cells must be a 1-D array of integers, got {cells.dtype} of shape {cells.shape}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     cells = cells.astype(np.int64)
     if cells.size and int(cells.min()) < 1:
         msg = f"tile_cells must all be >= 1, got {int(cells.min())}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     return cells
 
 
 def _positive_int(value: Any, name: str, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         msg = f"{name} must be an integer >= {minimum}, got {value!r}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     return int(value)
 
 
@@ -172,7 +172,7 @@ def check_obs(obs: pd.DataFrame, *, max_categories: int = DEFAULT_MAX_CATEGORIES
     """
     if not isinstance(obs, pd.DataFrame):
         msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     _check_column_names(obs)
     columns = [encode_index(obs.index)[0]]
     columns += [
@@ -188,14 +188,14 @@ def _check_column_names(obs: pd.DataFrame) -> None:
                 f"obs column names must be strings, but column {name!r} is a {type(name).__name__}; rename it, "
                 "e.g. df.columns = df.columns.astype(str)"
             )
-            raise TypeError(msg)
+            raise InvalidTypeError(msg)
         if name == INDEX_COLUMN:
             msg = (
                 f"obs has a column named {INDEX_COLUMN!r}, the name obs uses for the index (the obs names); "
                 "rename that column"
             )
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
     duplicated = obs.columns[obs.columns.duplicated()]
     if len(duplicated):
         msg = f"obs column names must be unique, but {duplicated[0]!r} appears more than once"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)

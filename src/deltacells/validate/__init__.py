@@ -17,13 +17,14 @@ What is checked (FORMAT.md, DECISIONS.md):
   and the manifest's shard SHA-256s; each shard's size and SHA-256 against the manifest, its columns
   and Arrow types against the schema, one row group per tile with ``tile_cells[t]`` rows, every row
   group readable and every category code within its vocabulary.
-* sidecars: the ``has_*`` flags against the files present; ``gene_order.npy`` an ``int32`` permutation
+* sidecars: the ``has_*`` flags against the files present; ``gene_order.npy`` a little-endian ``int32`` permutation
   of ``0 .. n_genes - 1``; ``var_names.txt`` UTF-8 with ``n_genes`` lines; ``var.parquet`` readable with
   ``n_genes`` rows.
 
-One module per concern: ``_report`` (what is found), ``_access`` (reads that record failures), ``_manifest``
-(what the manifest promises), ``_listing`` (the files present), ``_sidecars``, ``_tiles``, ``_obs``; ``_run``
-runs them in order.
+Every rule is one of :mod:`deltacells.format`'s checkers, the same the reader runs: the reader raises the
+first problem, validation collects them all. One module per kind of object: ``_report`` (what is found),
+``_access`` (reads that record failures), ``_manifest``, ``_files`` (flags, stray objects, sidecars),
+``_tiles``, ``_obs``; ``_run`` runs them in order.
 """
 
 from __future__ import annotations

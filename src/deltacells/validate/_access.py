@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-from deltacells.storage import Store
-from deltacells.validate._report import Collector, error_message
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deltacells.storage import BaseStore
+    from deltacells.validate._report import Collector
 
 
-def listdir(store: Store, name: str) -> set[str]:
-    """The entries of directory ``name``; empty when it cannot be listed."""
+def list_entries(store: BaseStore, prefix: str) -> list[str]:
+    """The entries directly under ``prefix``; empty when they cannot be listed."""
     try:
-        return store.listdir(name)
-    except Exception:  # listing is a courtesy; the reads below report what matters
-        return set()
+        return store.list(prefix)
+    except Exception:  # listing is a courtesy; the reads report what matters  # noqa: BLE001
+        return []
 
 
-def read_object(store: Store, name: str, found: Collector) -> bytes | None:
+def read_object(store: BaseStore, name: str, found: Collector) -> bytes | None:
     """The bytes of ``name``, or None after recording why they cannot be had."""
     try:
         return store.read(name)
     except FileNotFoundError:
         found.add(name, "missing")
-    except Exception as exc:
-        found.add(name, f"cannot be read ({error_message(exc)})")
+    except Exception as exc:  # a validator reports, it does not crash  # noqa: BLE001
+        found.add(name, exc)
     return None
-
-
-def present(store: Store, name: str) -> bool:
-    """Whether ``name`` exists; true when that cannot be told (the read then reports why)."""
-    try:
-        return store.exists(name)
-    except Exception:
-        return True  # let the read report it

@@ -1,31 +1,13 @@
-"""What a validation found: :class:`Problem`, :class:`ValidationReport`, and the collector that gathers them."""
+"""What a validation found: :class:`ValidationReport`, and the collector that gathers the problems."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltacells.errors import FormatError
+from deltacells.format import Problem, problem_from_error
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem found in a dataset.
-
-    Attributes
-    ----------
-    object
-        The object at fault, relative to the dataset root (``"manifest.json"``, ``"tiles/tile_000003.dct"``,
-        ``"obs/obs_0001.parquet"``...).
-    message
-        What is wrong with it.
-    """
-
-    object: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.object}: {self.message}"
+__all__ = ["Collector", "Problem", "ValidationReport"]
 
 
 @dataclass
@@ -48,7 +30,8 @@ class ValidationReport:
     shards_checked
         obs shards fetched and checked.
     nnz_checked
-        Nonzeros decoded from the tiles.
+        Nonzeros checked: those of the tiles that decoded (the manifest's count stands in for a tile that
+        did not, so that the figure covers every tile it lists).
     bytes_checked
         Bytes of the tiles read.
     """
@@ -94,29 +77,19 @@ class ValidationReport:
 
 
 class Collector:
-    """The problems found so far: deduplicated, with the object's name stripped from messages."""
+    """The problems found so far, each recorded once."""
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self._seen: set[tuple[str, str]] = set()
 
-    def add(self, obj: str, message: str | BaseException) -> None:
-        """Record a problem of ``obj`` (a message or the exception that reported it), once."""
-        text = error_message(message)
-        prefix = f"{obj}: "
-        while text.startswith(prefix):
-            text = text[len(prefix) :]
-        key = (obj, text)
+    def __call__(self, problem: Problem) -> None:
+        """Record ``problem`` (the sink of :func:`deltacells.format.collect`)."""
+        key = (problem.object, problem.message)
         if key not in self._seen:
             self._seen.add(key)
-            self.problems.append(Problem(obj, text))
+            self.problems.append(problem)
 
-
-def error_message(error: str | BaseException) -> str:
-    """The text of a problem: a message as is, a :class:`FormatError`'s message, else ``Type: message``."""
-    if isinstance(error, str):
-        return error
-    if isinstance(error, FormatError):
-        return str(error)
-    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    def add(self, obj: str, message: str | BaseException) -> None:
+        """Record a problem of ``obj``: a message, or the exception that reported it."""
+        self(Problem(obj, message) if isinstance(message, str) else problem_from_error(obj, message))

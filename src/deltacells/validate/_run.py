@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from deltacells.dataset._manifest import MANIFEST_NAME
-from deltacells.storage import Store
-from deltacells.validate._listing import check_listing
+from deltacells.format import MANIFEST_NAME
+from deltacells.storage import open_store
+from deltacells.validate._files import check_files
 from deltacells.validate._manifest import check_manifest
 from deltacells.validate._obs import check_obs
 from deltacells.validate._report import Collector, ValidationReport
-from deltacells.validate._sidecars import check_sidecars
 from deltacells.validate._tiles import check_tiles
 
 
@@ -23,6 +22,9 @@ def validate_dataset(
     threads: int | None = None,
 ) -> ValidationReport:
     """Check every object of a dataset against the format and its manifest, collecting every problem.
+
+    The rules are those the reader applies (:mod:`deltacells.format`): where reading stops at the first
+    problem, validation records it and carries on.
 
     Parameters
     ----------
@@ -53,21 +55,19 @@ def validate_dataset(
     """
     from deltacells._threads import default_threads
 
-    url = os.fspath(path)
-    report = ValidationReport(path=url)
+    report = ValidationReport(path=os.fspath(path))
     found = Collector()
     try:
-        store = Store(path, storage_options)
-        expected = check_manifest(store, found)
-    except Exception as exc:  # a validator reports, it does not crash (e.g. a bad URL)
+        store = open_store(path, storage_options)
+        fields = check_manifest(store, found)
+    except Exception as exc:  # a validator reports, it does not crash (e.g. a bad URL)  # noqa: BLE001
         found.add(MANIFEST_NAME, exc)
-        expected = None
-    if expected is not None:
-        report.n_tiles, report.n_shards = expected.n_tiles, expected.n_shards
-        check_listing(store, expected, found)
-        check_sidecars(store, expected, found)
+        fields = None
+    if fields is not None:
+        report.n_tiles, report.n_shards = fields.n_tiles, fields.n_shards
+        check_files(store, fields, found)
         n_threads = default_threads() if threads is None else max(1, int(threads))
-        check_tiles(store, expected, found, report, threads=n_threads, progress=progress)
-        check_obs(store, expected, found, report, progress=progress)
+        check_tiles(store, fields, found, report, threads=n_threads, progress=progress)
+        check_obs(store, fields, found, report, progress=progress)
     report.problems = found.problems
     return report

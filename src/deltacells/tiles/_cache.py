@@ -1,10 +1,11 @@
-"""A small, thread-safe, byte-bounded LRU cache of decoded tiles."""
+"""A small, thread-safe, byte-bounded LRU cache of decoded tiles (shared read-only)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
+from deltacells.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
@@ -19,7 +20,7 @@ class TileCache:
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
             msg = f"tile cache size must be >= 0 bytes, got {max_bytes}"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         self.max_bytes = int(max_bytes)
         self._tiles: OrderedDict[int, DecodedTile] = OrderedDict()
         self._bytes = 0
@@ -55,6 +56,10 @@ class TileCache:
             while self._bytes > self.max_bytes:
                 _, evicted = self._tiles.popitem(last=False)
                 self._bytes -= evicted.nbytes
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (one held by a parent thread at the fork would never be released)."""
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Drop every cached tile."""

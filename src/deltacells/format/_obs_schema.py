@@ -30,7 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 from deltacells._json import parse_json
-from deltacells.errors import FormatError
+from deltacells.errors import FormatError, UnknownKeyError
+from deltacells.format._names import OBS_SCHEMA_NAME
 
 __all__ = [
     "CATEGORY_ARROW_TYPES",
@@ -47,7 +48,7 @@ __all__ = [
 
 OBS_FORMAT_NAME = "deltacells-obs"
 OBS_FORMAT_VERSION = 1
-SCHEMA_NAME = "obs/schema.json"
+SCHEMA_NAME = OBS_SCHEMA_NAME
 
 #: The column that holds the obs names (DECISIONS.md 2).
 INDEX_COLUMN = "_index"
@@ -299,7 +300,7 @@ class ObsSchema:
             return column
         shown = [n for n in self.names if n != INDEX_COLUMN]
         msg = f"obs has no column {name!r}; its columns are {shown}"
-        raise KeyError(msg)
+        raise UnknownKeyError(msg)
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the shards."""

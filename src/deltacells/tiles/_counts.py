@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
+from deltacells.errors import InvalidTypeError, InvalidValueError
 
 MAX_COUNT = 2**31 - 1
 
@@ -39,18 +40,18 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
     dtype = block.dtype if hasattr(block, "dtype") else np.asarray(block).dtype
     if dtype.kind not in "iuf":
         msg = f"counts must have an integer or float dtype, got {dtype}. {_HINT}."
-        raise TypeError(msg)
+        raise InvalidTypeError(msg)
     if sparse.issparse(block):
         csr = sparse.csr_matrix(block)
     else:
         dense = np.asarray(block)
         if dense.ndim != 2:
             msg = f"a block of the count matrix must be two-dimensional, got shape {dense.shape}"
-            raise ValueError(msg)
+            raise InvalidValueError(msg)
         csr = sparse.csr_matrix(dense)
     if n_genes is not None and csr.shape[1] != n_genes:
         msg = f"a block of the count matrix has {csr.shape[1]} columns, expected {n_genes}"
-        raise ValueError(msg)
+        raise InvalidValueError(msg)
     if not csr.has_canonical_format:
         csr = csr.copy()
         csr.sum_duplicates()
@@ -77,4 +78,4 @@ def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int) -> None:
     else:
         problem = "is outside [0, 2^31 - 1]"
     msg = f"the count of cell {first_row + row}, gene {gene} ({value!r}) {problem}. {_HINT}."
-    raise ValueError(msg)
+    raise InvalidValueError(msg)

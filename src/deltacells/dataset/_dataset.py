@@ -1,88 +1,28 @@
-"""Opening a dataset and reading any set of its cells as CSR, decoding only the tiles needed."""
+"""An open dataset: its manifest, and any set of its cells read as CSR, decoding only the tiles needed."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import sparse
 
-from deltacells._threads import default_threads, shared_pool
-from deltacells.codec import DecodedTile, decode_tile
-from deltacells.dataset._cache import TileCache
 from deltacells.dataset._gather import gather_rows
 from deltacells.dataset._indexing import normalize_rows
-from deltacells.dataset._manifest import MANIFEST_NAME, SIDECAR_FLAGS, Manifest, tile_path
-from deltacells.errors import DatasetNotFoundError, FormatError, MissingObjectError, warn
-from deltacells.storage import Store
+from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
+from deltacells.errors import warn
+from deltacells.format import Manifest
+from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES, TileCache, TileReader
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from numpy.typing import DTypeLike
 
-#: Default bound on the decoded tiles a dataset keeps in memory.
-DEFAULT_TILE_CACHE_BYTES = 256 * 2**20
+    from deltacells.codec import DecodedTile
+    from deltacells.storage import BaseStore
 
-__all__ = ["DEFAULT_TILE_CACHE_BYTES", "Dataset", "open_dataset"]
-
-
-def open_dataset(
-    path: str | os.PathLike[str] | Store,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
-    threads: int | None = None,
-) -> Dataset:
-    """Open a deltacells dataset: read and check its manifest, nothing else.
-
-    Parameters
-    ----------
-    path
-        Local directory, fsspec URL (``s3://bucket/prefix``...) or :class:`~deltacells.storage.Store`.
-    storage_options
-        fsspec options for ``path`` (ignored when ``path`` is a Store).
-    tile_cache_bytes
-        Bound on the memory held by recently decoded tiles (0 disables the cache).
-    threads
-        Threads decoding tiles; ``None`` means the usable CPUs.
-
-    Returns
-    -------
-    Dataset
-
-    Raises
-    ------
-    DatasetNotFoundError
-        If ``path`` has no ``manifest.json`` (no dataset, or an incomplete one).
-    FormatError
-        If the manifest or the files beside it are inconsistent.
-    """
-    store = path if isinstance(path, Store) else Store(path, storage_options)
-    try:
-        text = store.read(MANIFEST_NAME)
-    except MissingObjectError as exc:
-        msg = (
-            f"{store.url}: no {MANIFEST_NAME}; this is not a deltacells dataset, or one whose writing did not "
-            "finish (the manifest is written last)"
-        )
-        raise DatasetNotFoundError(msg) from exc
-    manifest = Manifest.from_json(text, where=f"{store.url}/{MANIFEST_NAME}")
-    _check_optional_files(store, manifest)
-    return Dataset(store, manifest, tile_cache_bytes=tile_cache_bytes, threads=threads)
-
-
-def _check_optional_files(store: Store, manifest: Manifest) -> None:
-    """The has_* flags must agree with the files that are there (one listing of the root)."""
-    present = store.listdir()
-    obs_present = store.listdir("obs") if "obs" in present else set()
-    for name, flagged in manifest.expected_files().items():
-        here = (name.split("/", 1)[1] in obs_present) if name.startswith("obs/") else (name in present)
-        if flagged != here:
-            flag = SIDECAR_FLAGS[name]
-            state = "missing" if flagged else "present"
-            msg = f"{store.url}/{MANIFEST_NAME}: field {flag} is {str(flagged).lower()} but {name} is {state}"
-            raise FormatError(msg)
+__all__ = ["Dataset"]
 
 
 class Dataset:
@@ -94,7 +34,7 @@ class Dataset:
 
     def __init__(
         self,
-        store: Store,
+        store: BaseStore,
         manifest: Manifest,
         *,
         tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
@@ -103,14 +43,13 @@ class Dataset:
         self.store = store
         self.manifest = manifest
         self.threads = threads
-        self._cache = TileCache(tile_cache_bytes)
+        self._tiles = TileReader(store, manifest, cache_bytes=tile_cache_bytes, threads=threads)
         self._limits = manifest.limits
         self._starts = manifest.starts
-        self.tiles_decoded = 0
         self._warned_precision = False
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.store, self.manifest.to_dict(), self._cache.max_bytes, self.threads))
+        return (_rebuild, (self.store, self.manifest.to_dict(), self.cache.max_bytes, self.threads))
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -139,7 +78,12 @@ class Dataset:
     @property
     def cache(self) -> TileCache:
         """The cache of recently decoded tiles."""
-        return self._cache
+        return self._tiles.cache
+
+    @property
+    def tiles_decoded(self) -> int:
+        """Tiles fetched and decoded so far (cache hits not counted)."""
+        return self._tiles.tiles_decoded
 
     def tile_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile and local row of each global cell index (``searchsorted`` on the limits)."""
@@ -154,73 +98,29 @@ class Dataset:
     # ------------------------------------------------------------------ tiles
 
     def read_tile(self, tile: int) -> DecodedTile:
-        """Return tile ``tile`` decoded (from the cache when it is there)."""
-        return self._get_tile(tile, threads=self.threads)
+        """Tile ``tile`` decoded, in writable arrays of its own (the cache keeps its own copy).
 
-    def _get_tile(self, tile: int, *, threads: int | None) -> DecodedTile:
-        if not 0 <= tile < self.n_tiles:
-            msg = f"tile {tile} is out of range for {self.n_tiles} tiles"
-            raise IndexError(msg)
-        cached = self._cache.get(tile)
-        if cached is not None:
-            return cached
-        decoded = self._fetch_and_decode(tile, threads=threads)
-        self._cache.put(tile, decoded)
-        return decoded
-
-    def _fetch_and_decode(self, tile: int, *, threads: int | None) -> DecodedTile:
-        name = tile_path(tile)
-        where = f"{self.store.url}/{name}"
-        try:
-            blob = self.store.read(name)
-        except MissingObjectError as exc:
-            msg = f"{where}: tile {tile} of {self.n_tiles} is missing from the dataset"
-            raise MissingObjectError(msg) from exc
-        m = self.manifest
-        if len(blob) != m.tile_bytes[tile]:
-            msg = (
-                f"{where}: the tile has {len(blob)} bytes but manifest field tile_bytes[{tile}] "
-                f"says {m.tile_bytes[tile]}"
-            )
-            raise FormatError(msg)
-        decoded = decode_tile(blob, name=where, threads=threads)
-        for field, got, want in (
-            ("tile_cells", decoded.n_cells, m.tile_cells[tile]),
-            ("tile_nnz", decoded.nnz, m.tile_nnz[tile]),
-            ("n_genes", decoded.n_genes, m.n_genes),
-        ):
-            if got != want:
-                index = "" if field == "n_genes" else f"[{tile}]"
-                msg = f"{where}: the tile holds {got} for {field} but manifest field {field}{index} says {want}"
-                raise FormatError(msg)
-        self.tiles_decoded += 1
-        return decoded
+        Raises
+        ------
+        IndexError
+            For a tile number out of range.
+        MissingObjectError
+            If the tile's object is missing.
+        FormatError
+            If the tile breaks a rule of the format or disagrees with the manifest.
+        """
+        return self._tiles.get(tile).copy()
 
     def iter_tiles(
         self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None
     ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all), decoding a few at once in parallel.
 
-        At most ``batch`` decoded tiles (default: twice the threads) are held beyond
-        the cache at any time, so a loop over a whole dataset runs in flat memory.
+        The tiles' arrays are read-only: they are shared with the cache (``tile.copy()`` gives writable
+        ones). At most ``batch`` decoded tiles (default: twice the threads) are held beyond the cache at any
+        time, so a loop over a whole dataset runs in flat memory.
         """
-        order = np.arange(self.n_tiles) if tiles is None else np.asarray(tiles, dtype=np.int64)
-        n_threads = default_threads() if self.threads is None else self.threads
-        batch = batch or self._batch_size()
-        if n_threads <= 1 or order.shape[0] <= 1:
-            for t in order:
-                yield int(t), self._get_tile(int(t), threads=n_threads)
-            return
-        pool = shared_pool()
-        for lo in range(0, order.shape[0], batch):
-            ids = [int(t) for t in order[lo : lo + batch]]
-            futures = [pool.submit(self._get_tile, t, threads=1) for t in ids]
-            try:
-                for t, future in zip(ids, futures, strict=True):
-                    yield t, future.result()
-            finally:
-                for future in futures:
-                    future.cancel()
+        return self._tiles.iter_tiles(tiles, batch=batch)
 
     # ------------------------------------------------------------------ rows
 
@@ -333,53 +233,46 @@ class Dataset:
             )
 
     def _batch_size(self) -> int:
-        n_threads = default_threads() if self.threads is None else self.threads
-        return max(2, 2 * n_threads)
+        return self._tiles.batch_size
 
     def _tiles_for(self, needed: np.ndarray) -> Iterator[tuple[int, DecodedTile]]:
         if needed.shape[0] == 1:
             t = int(needed[0])
-            yield t, self._get_tile(t, threads=self.threads)
+            yield t, self._tiles.get(t)
             return
-        yield from self.iter_tiles(needed)
+        yield from self._tiles.iter_tiles(needed)
 
     # ------------------------------------------------------------------ sidecars
 
     def gene_order(self) -> np.ndarray | None:
-        """``int32[n_genes]``: output column ``j`` was source column ``gene_order[j]`` (None without one)."""
-        if not self.manifest.has_gene_order:
-            return None
-        import io
+        """``int32[n_genes]``: output column ``j`` was source column ``gene_order[j]`` (None without one).
 
-        where = f"{self.store.url}/gene_order.npy"
-        try:
-            order = np.load(io.BytesIO(self.store.read("gene_order.npy")), allow_pickle=False)
-        except (ValueError, EOFError, OSError) as exc:
-            msg = f"{where}: not a readable .npy array ({exc})"
-            raise FormatError(msg) from exc
-        n = self.n_genes
-        if order.shape != (n,) or order.dtype.kind not in "iu" or not np.array_equal(np.sort(order), np.arange(n)):
-            msg = f"{where}: must be a permutation of 0 .. {n - 1} (int32[{n}]), got {order.dtype}{list(order.shape)}"
-            raise FormatError(msg)
-        return order.astype(np.int32, copy=False)
+        Raises
+        ------
+        FormatError
+            If ``gene_order.npy`` is not a little-endian int32 permutation of ``0 .. n_genes - 1``.
+        """
+        return read_gene_order(self.store, self.manifest)
 
     def var_names(self) -> list[str] | None:
-        """Gene names in output column order from ``var_names.txt`` (None without one)."""
-        if not self.manifest.has_var_names:
-            return None
-        where = f"{self.store.url}/var_names.txt"
-        try:
-            text = self.store.read("var_names.txt").decode("utf-8")
-        except UnicodeDecodeError as exc:
-            msg = f"{where}: not UTF-8 text ({exc})"
-            raise FormatError(msg) from exc
-        names = text.split("\n")
-        if names and names[-1] == "":
-            names.pop()
-        if len(names) != self.n_genes:
-            msg = f"{where}: {len(names)} names for n_genes = {self.n_genes}"
-            raise FormatError(msg)
-        return names
+        """Gene names in output column order from ``var_names.txt`` (None without one).
+
+        Raises
+        ------
+        FormatError
+            If ``var_names.txt`` is not UTF-8 text with one line per gene.
+        """
+        return read_var_names(self.store, self.manifest)
+
+    def var_table(self) -> pa.Table | None:
+        """The gene table of ``var.parquet`` in output column order (None without one).
+
+        Raises
+        ------
+        FormatError
+            If ``var.parquet`` is not a readable parquet table with one row per gene.
+        """
+        return read_var_table(self.store, self.manifest)
 
 
 def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:
@@ -406,5 +299,5 @@ def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[
     return positions, indptr, indices, data
 
 
-def _rebuild(store: Store, manifest: dict[str, Any], tile_cache_bytes: int, threads: int | None) -> Dataset:
+def _rebuild(store: BaseStore, manifest: dict[str, Any], tile_cache_bytes: int, threads: int | None) -> Dataset:
     return Dataset(store, Manifest.from_dict(manifest), tile_cache_bytes=tile_cache_bytes, threads=threads)

@@ -1,0 +1,72 @@
+"""Opening a dataset: its manifest read and checked, and the optional files it promises present."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from deltacells.dataset._dataset import Dataset
+from deltacells.errors import DatasetNotFoundError, MissingObjectError
+from deltacells.format import (
+    MANIFEST_NAME,
+    OBS_DIR,
+    Manifest,
+    check_flags,
+    check_manifest_text,
+    first_problem_raises,
+)
+from deltacells.storage import BaseStore, open_store
+from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
+
+__all__ = ["open_dataset"]
+
+
+def open_dataset(
+    path: str | os.PathLike[str] | BaseStore,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
+    threads: int | None = None,
+) -> Dataset:
+    """Open a deltacells dataset: read and check its manifest, nothing else.
+
+    Parameters
+    ----------
+    path
+        Local directory, fsspec URL (``s3://bucket/prefix``...) or :class:`~deltacells.storage.BaseStore`.
+    storage_options
+        fsspec options for ``path`` (ignored when ``path`` is a store).
+    tile_cache_bytes
+        Bound on the memory held by recently decoded tiles (0 disables the cache).
+    threads
+        Threads decoding tiles; ``None`` means the usable CPUs.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If ``path`` has no ``manifest.json`` (no dataset, or an incomplete one).
+    FormatError
+        If the manifest breaks a rule of the format, or its flags disagree with the files present.
+    """
+    store = open_store(path, storage_options)
+    try:
+        text = store.read(MANIFEST_NAME)
+    except MissingObjectError as exc:
+        msg = (
+            f"{store.url}: no {MANIFEST_NAME}; this is not a deltacells dataset, or one whose writing did not "
+            "finish (the manifest is written last)"
+        )
+        raise DatasetNotFoundError(msg) from exc
+    except NotADirectoryError as exc:
+        msg = f"{store.url} is a file, not a deltacells dataset (a directory with a {MANIFEST_NAME})"
+        raise DatasetNotFoundError(msg) from exc
+    fields = first_problem_raises(check_manifest_text(text), store.url)
+    assert fields is not None
+    root = store.list()
+    obs = store.list(OBS_DIR) if OBS_DIR in root else []
+    first_problem_raises(check_flags(fields, root, obs), store.url)
+    return Dataset(store, Manifest.from_fields(fields), tile_cache_bytes=tile_cache_bytes, threads=threads)

@@ -1,0 +1,60 @@
+"""The rules of a tile against the manifest: its size, cells, nonzeros and genes (FORMAT.md, DECISIONS.md 5)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deltacells.format._names import MANIFEST_NAME, tile_path
+from deltacells.format._problems import Checker, Problem, problem_from_error
+
+if TYPE_CHECKING:
+    from deltacells.codec import DecodedTile
+    from deltacells.format._manifest import ManifestFields
+
+__all__ = ["check_tile", "check_tile_size", "decode_checked_tile"]
+
+
+def check_tile_size(size: int, tile: int, fields: ManifestFields) -> Checker[None]:
+    """A tile's size in bytes against ``tile_bytes[tile]``."""
+    if fields.tile_bytes is not None and size != fields.tile_bytes[tile]:
+        yield Problem(
+            tile_path(tile),
+            f"size is {size} bytes but {MANIFEST_NAME} field tile_bytes[{tile}] says {fields.tile_bytes[tile]}",
+        )
+
+
+def check_tile(decoded: DecodedTile, tile: int, fields: ManifestFields) -> Checker[None]:
+    """A decoded tile's cells, nonzeros and ``n_genes`` against the manifest."""
+    name = tile_path(tile)
+    for field, what, got, want in (
+        ("tile_cells", "cells", decoded.n_cells, fields.tile_cells),
+        ("tile_nnz", "nonzeros", decoded.nnz, fields.tile_nnz),
+    ):
+        if want is not None and got != want[tile]:
+            yield Problem(name, f"holds {got} {what} but {MANIFEST_NAME} field {field}[{tile}] says {want[tile]}")
+    if fields.n_genes is not None and decoded.n_genes != fields.n_genes:
+        yield Problem(
+            name, f"header field n_genes is {decoded.n_genes} but {MANIFEST_NAME} field n_genes is {fields.n_genes}"
+        )
+
+
+def decode_checked_tile(
+    blob: bytes | memoryview, tile: int, fields: ManifestFields, *, url: str = "", threads: int | None = 1
+) -> Checker[DecodedTile | None]:
+    """Check a tile's bytes against the manifest, decode them (every rule of the tile layout) and check the result.
+
+    ``url`` (the dataset's) only locates the tile in the decoder's messages, which the problems drop again.
+    """
+    from deltacells.codec import decode_tile
+    from deltacells.errors import FormatError
+
+    name = tile_path(tile)
+    yield from check_tile_size(len(blob), tile, fields)
+    try:
+        decoded = decode_tile(blob, name=f"{url.rstrip('/')}/{name}" if url else name, threads=threads)
+    except FormatError as exc:
+        yield problem_from_error(name, exc, url=url or None)
+        return None
+    problems = list(check_tile(decoded, tile, fields))
+    yield from problems
+    return None if problems else decoded

@@ -1,0 +1,21 @@
+"""Where a dataset's objects live: a local directory or a bucket prefix, behind one small interface.
+
+:class:`BaseStore` is the interface (ranged and concurrent reads, atomic writes, listing, deletion,
+moves), :class:`FsspecStore` implements it for any fsspec URL, :class:`PrefixStore` is a view of one
+prefix of another store, :class:`StoreFile` is a seekable file made of ranged reads (for parquet),
+and :func:`open_store` turns a path, URL or store into a store. ``Store`` is the older name of
+:class:`FsspecStore`. Every store pickles to its URL and options (never an open handle or cached
+data), so that dask workers and data-loader processes can each open their own.
+"""
+
+from __future__ import annotations
+
+from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.storage._file import StoreFile
+from deltacells.storage._fsspec import FsspecStore
+from deltacells.storage._open import open_store
+from deltacells.storage._prefix import PrefixStore
+
+Store = FsspecStore
+
+__all__ = ["BaseStore", "ByteRequest", "FsspecStore", "PrefixStore", "Store", "StoreFile", "open_store"]

@@ -1,0 +1,188 @@
+"""The interface every store implements: whole and ranged reads, atomic writes, listing, deletion, moves.
+
+Paths are relative to the store's root and ``/``-separated; ``""`` is the root itself. A store
+pickles to its constructor arguments (a URL and options), never to an open handle, so that dask
+workers and data-loader processes each open their own connection.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from deltacells.errors import MissingObjectError
+
+if TYPE_CHECKING:
+    from deltacells.storage._file import StoreFile
+
+__all__ = ["BaseStore", "ByteRequest"]
+
+ByteRequest = tuple[str, int | None, int | None]
+"""One request of :meth:`BaseStore.read_many`: ``(path, start, end)``, ``None`` meaning the start or end."""
+
+_DEFAULT_WORKERS = 16
+
+
+class BaseStore(abc.ABC):
+    """The objects of one dataset root: a local directory or a bucket prefix.
+
+    Subclasses implement :meth:`read`, :meth:`write`, :meth:`list`, :meth:`delete`,
+    :meth:`size` and :meth:`move`, set :attr:`url`, and pickle to their constructor
+    arguments. :meth:`read_many`, :meth:`exists`, :attr:`is_local` and :meth:`local_path`
+    have defaults that a store may override with something faster.
+    """
+
+    url: str
+    """Where the store lives (a path or URL); error messages name objects as ``f"{url}/{path}"``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    @abc.abstractmethod
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes ``[start, end)`` of object ``path`` (the whole object by default).
+
+        Parameters
+        ----------
+        path
+            The object, relative to the root.
+        start, end
+            Byte offsets with the meaning of a Python slice ``data[start:end]``: ``None`` is
+            the start or the end of the object, a negative value counts back from the end
+            (``start=-n`` alone reads the last ``n`` bytes), and a range past the end is cut
+            short, possibly to ``b""``.
+
+        Raises
+        ------
+        MissingObjectError
+            If the object does not exist (also for an empty range).
+        """
+
+    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+        """Many objects or ranges at once: ``[self.read(*r) for r in requests]``, fetched concurrently.
+
+        The default runs :meth:`read` on a thread pool of at most ``max_workers`` threads;
+        stores with an asynchronous client override it.
+
+        Parameters
+        ----------
+        requests
+            ``(path, start, end)`` triples, with the meaning of :meth:`read`'s arguments.
+        max_workers
+            The most requests in flight at once (16 by default).
+
+        Returns
+        -------
+        list of bytes
+            One result per request, in the order of ``requests``.
+
+        Raises
+        ------
+        MissingObjectError
+            Naming the first missing object (in request order).
+        """
+        requests = list(requests)
+        workers = min(max_workers or _DEFAULT_WORKERS, len(requests))
+        if workers <= 1:
+            return [self.read(path, start, end) for path, start, end in requests]
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deltacells-store")
+        try:
+            futures = [pool.submit(self.read, path, start, end) for path, start, end in requests]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(cancel_futures=True)  # after a failure, start no more requests
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Size in bytes of object ``path``.
+
+        Raises
+        ------
+        MissingObjectError
+            If the object does not exist.
+        """
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` is an object, or a prefix with objects under it (``""``: the root).
+
+        The default asks :meth:`size`, then :meth:`list`.
+        """
+        try:
+            self.size(path)
+        except FileNotFoundError:
+            return bool(self.list(path))
+        return True
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted names of the entries directly under ``prefix``: objects and sub-prefixes.
+
+        Names are relative to ``prefix`` and have no trailing slash; the list is empty when
+        nothing is stored under ``prefix`` (or ``prefix`` is an object).
+        """
+
+    # ----------------------------------------------------------------------------------------- writes
+
+    @abc.abstractmethod
+    def write(self, path: str, data: bytes) -> None:
+        """Write object ``path`` whole, atomically: readers see the old bytes or the new, never a mix.
+
+        Parent directories are created as needed; an existing object is replaced.
+        """
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove object ``path``, or everything under prefix ``path``; nothing happens when absent."""
+
+    @abc.abstractmethod
+    def move(self, src: str, dst: str) -> None:
+        """Rename object or prefix ``src`` to ``dst``.
+
+        Raises
+        ------
+        MissingObjectError
+            If nothing exists at ``src``.
+        FileExistsError
+            If something exists at ``dst`` (nothing is overwritten); :class:`~deltacells.errors.OutputExistsError`
+            from the stores of deltacells.
+        """
+
+    # ------------------------------------------------------------------------------------- local disk
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the objects are files on a local disk (see :meth:`local_path`)."""
+        return False
+
+    def local_path(self, path: str) -> str | None:
+        """The filesystem path of ``path`` for fast local access (memory mapping), or None if not local."""
+        return None
+
+    def open_file(self, path: str, size: int | None = None) -> StoreFile:
+        """A read-only, seekable file over object ``path`` whose reads are ranged reads of this store.
+
+        Parameters
+        ----------
+        path
+            The object.
+        size
+            Its size in bytes, when known (e.g. from the manifest); otherwise asked of :meth:`size`.
+        """
+        from deltacells.storage._file import StoreFile
+
+        return StoreFile(self, path, size)
+
+    # ------------------------------------------------------------------------- helpers for subclasses
+
+    def _where(self, path: str) -> str:
+        """``path`` with the store's URL in front, as error messages name it."""
+        return f"{self.url.rstrip('/')}/{path}" if path else self.url
+
+    def _missing(self, path: str) -> MissingObjectError:
+        """The error to raise for the missing object ``path``."""
+        msg = f"{self._where(path)} is missing"
+        return MissingObjectError(msg)

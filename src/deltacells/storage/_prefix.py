@@ -1,0 +1,82 @@
+"""A view of the objects under one prefix of another store, as a store of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from deltacells.storage._base import BaseStore, ByteRequest
+
+__all__ = ["PrefixStore"]
+
+
+class PrefixStore(BaseStore):
+    """The objects under ``prefix`` in ``store``, with paths relative to that prefix.
+
+    Every call goes to ``store`` with ``prefix/`` in front of the path (so concurrent reads keep
+    the inner store's batching); error messages name ``f"{store.url}/{prefix}/{path}"``. The view
+    pickles to the inner store and the prefix.
+
+    Parameters
+    ----------
+    store
+        The store holding the objects.
+    prefix
+        A ``/``-separated prefix inside ``store`` (``""``: the whole store).
+    """
+
+    def __init__(self, store: BaseStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.url = f"{store.url.rstrip('/')}/{self.prefix}" if self.prefix else store.url
+
+    def __reduce__(self) -> tuple[type[PrefixStore], tuple[BaseStore, str]]:
+        return (type(self), (self.store, self.prefix))
+
+    def _inner(self, path: str) -> str:
+        """``path`` as the inner store names it."""
+        path = path.strip("/")
+        if not self.prefix:
+            return path
+        return f"{self.prefix}/{path}" if path else self.prefix
+
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes ``[start, end)`` of object ``path`` (see :meth:`BaseStore.read`)."""
+        return self.store.read(self._inner(path), start, end)
+
+    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+        """Many objects or ranges at once, in request order, through the inner store's :meth:`read_many`."""
+        inner = [(self._inner(path), start, end) for path, start, end in requests]
+        return self.store.read_many(inner, max_workers=max_workers)
+
+    def size(self, path: str) -> int:
+        """Size in bytes of object ``path``."""
+        return self.store.size(self._inner(path))
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` is an object or a prefix with objects under it (``""``: the prefix itself)."""
+        return self.store.exists(self._inner(path))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted names of the entries directly under ``prefix``."""
+        return self.store.list(self._inner(prefix))
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write object ``path`` whole, atomically."""
+        self.store.write(self._inner(path), data)
+
+    def delete(self, path: str) -> None:
+        """Remove object or prefix ``path``; nothing happens when absent."""
+        self.store.delete(self._inner(path))
+
+    def move(self, src: str, dst: str) -> None:
+        """Rename object or prefix ``src`` to ``dst``, both inside the prefix."""
+        self.store.move(self._inner(src), self._inner(dst))
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the inner store is on a local disk."""
+        return self.store.is_local
+
+    def local_path(self, path: str) -> str | None:
+        """The filesystem path of ``path`` when the inner store is local, else None."""
+        return self.store.local_path(self._inner(path))

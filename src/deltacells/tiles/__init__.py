@@ -1,0 +1,21 @@
+"""Tiles: count blocks checked and encoded into stored tiles; stored tiles fetched, checked and decoded."""
+
+from __future__ import annotations
+
+from deltacells.tiles._cache import TileCache
+from deltacells.tiles._counts import to_count_csr
+from deltacells.tiles._reader import DEFAULT_TILE_CACHE_BYTES, TileReader
+from deltacells.tiles._writer import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, TileList, TileWriter, check_tile_settings
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_N_CHUNKS",
+    "DEFAULT_TILE_CACHE_BYTES",
+    "DEFAULT_TILE_SIZE",
+    "TileCache",
+    "TileList",
+    "TileReader",
+    "TileWriter",
+    "check_tile_settings",
+    "to_count_csr",
+]
