@@ -457,7 +457,7 @@ def test_validate_conformance_complete():
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("missing_tile", "tiles/tile_000001.dct: missing"),
+        ("missing_tile", "tiles/tile_000001.dct: tile 1 of 11 is missing"),
         ("counts_inconsistent", "manifest.json: field tile_cells sums to 2600 but field n_cells is 2601"),
         ("obs_shard_tampered", "obs/obs_0000.parquet: SHA-256 is"),
         ("tile_cells_wrong", "tiles/tile_000010.dct: holds 40 cells but manifest.json field tile_cells[10] says 256"),
@@ -552,3 +552,36 @@ def test_demo_reports_a_mismatch_as_one_error_line(monkeypatch):
     result = run("demo", "--cells", "300", "--genes", "100", "--tile-size", "100", "--level", "1")
     assert_one_line_error(result, "differs from what was written", "X identical: False", "bug in deltacells")
     assert result.stdout == ""  # the report is printed whole or not at all
+
+
+# ---------------------------------------------------------------------- what is a user error
+
+
+def test_a_bug_shows_its_traceback(h5ad, tmp_path, monkeypatch):
+    """Only deltacells' own errors and OS errors naming their file are one-line messages: anything else is a bug."""
+    import deltacells.io
+
+    def broken(*args, **kwargs):
+        msg = "an internal invariant broke"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(deltacells.io, "write_deltacells", broken)
+    result = run("convert", "-q", h5ad, tmp_path / "out")
+    assert isinstance(result.exception, RuntimeError)
+    assert "error: " not in result.stderr
+
+
+def test_a_located_os_error_is_one_line(h5ad, tmp_path, monkeypatch):
+    import deltacells.io
+
+    def denied(adata, path, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(deltacells.io, "write_deltacells", denied)
+    assert_one_line_error(run("convert", "-q", h5ad, tmp_path / "out"), "Permission denied", "out")
+
+
+def test_an_unreadable_input_is_one_line(tmp_path):
+    bad = tmp_path / "bad.h5ad"
+    bad.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
+    assert_one_line_error(run("convert", "-q", "--format", "h5ad", bad, tmp_path / "out"), "bad.h5ad", "h5ad")

@@ -12,7 +12,6 @@ import click
 from deltacells._version import __version__
 from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
-from deltacells.cli._info import sidecar_bytes
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
 from deltacells.cli._options import parse_storage_options, storage_option
 
@@ -200,6 +199,8 @@ def _print_convert_summary(dataset: Dataset, source: Path, fmt: str, elapsed: fl
     m = dataset.manifest
     tiles = int(m.tile_bytes.sum())
     obs = int(sum(m.obs_shard_bytes))
+    from deltacells.dataset import sidecar_bytes
+
     total = tiles + obs + sidecar_bytes(dataset)
     in_size = _input_size(source)
     per_nnz = f"{tiles / m.nnz:.2f} bytes per nonzero in the tiles" if m.nnz else "no nonzeros"

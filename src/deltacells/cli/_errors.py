@@ -24,8 +24,9 @@ def is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, DeltaCellsError) or (isinstance(exc, OSError) and exc.filename is not None)
 
 
-class CLIError(click.ClickException):
-    """An error reported as one line, ``error: <message>``, with exit status 1."""
+class CLIError(DeltaCellsError, click.ClickException):
+    """An error of the command line's own (a missing input, an unreadable one), reported as one line,
+    ``error: <message>``, with exit status 1."""
 
     def show(self, file: Any = None) -> None:
         """Print ``error: <message>`` to stderr."""

@@ -13,7 +13,6 @@ import click
 from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._options import parse_storage_options, storage_option
-from deltacells.dataset._sizes import sidecar_bytes
 from deltacells.errors import FormatError
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
           ``n_categories`` is null except for kind ``category``);
         * ``metadata``: the manifest's free-form metadata.
     """
-    from deltacells.dataset import open_dataset
+    from deltacells.dataset import open_dataset, sidecar_bytes
 
     dataset = open_dataset(path, storage_options=storage_options)
     m = dataset.manifest

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
-from deltacells.codec import _kernels
+from deltacells.codec import _codes
 from deltacells.codec._frames import decompress_frame, frame_content_size
 from deltacells.codec._layout import (
     CELL_HI,
@@ -45,13 +45,13 @@ FLOAT32_EXACT = 2**24
 _PARALLEL_MIN_NNZ = 200_000
 
 _KERNEL_ERRORS = {
-    _kernels.GENE_OUT_OF_RANGE: "a decoded gene index reaches n_genes",
-    _kernels.GENES_NOT_INCREASING: "a gap of 0 after a cell's first nonzero (gene indices must increase)",
-    _kernels.ZERO_COUNT: "a stored count of 0 (counts are >= 1; zeros are never stored)",
-    _kernels.POSITION_OUT_OF_RANGE: "an exception position is not below the chunk's nonzero count",
-    _kernels.POSITIONS_NOT_INCREASING: "exception positions are not strictly increasing",
-    _kernels.PAYLOAD_OUT_OF_RANGE: "an exception payload is out of range",
-    _kernels.STORED_NOT_ESCAPED: "an exception points at a stored value other than 65535",
+    _codes.GENE_OUT_OF_RANGE: "a decoded gene index reaches n_genes",
+    _codes.GENES_NOT_INCREASING: "a gap of 0 after a cell's first nonzero (gene indices must increase)",
+    _codes.ZERO_COUNT: "a stored count of 0 (counts are >= 1; zeros are never stored)",
+    _codes.POSITION_OUT_OF_RANGE: "an exception position is not below the chunk's nonzero count",
+    _codes.POSITIONS_NOT_INCREASING: "exception positions are not strictly increasing",
+    _codes.PAYLOAD_OUT_OF_RANGE: "an exception payload is out of range",
+    _codes.STORED_NOT_ESCAPED: "an exception points at a stored value other than 65535",
 }
 
 
@@ -246,6 +246,8 @@ def _decode_chunk(
     where: str,
 ) -> bool:
     """Decode one chunk into its slices of ``indices`` and ``data``; return whether a count exceeds 2^24."""
+    from deltacells.codec import _kernels  # numba loads on the first decode, not on import
+
     cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
     n = nnz_hi - nnz_lo
     gaps = np.frombuffer(
@@ -270,7 +272,7 @@ def _decode_chunk(
             positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
         )
         _raise_kernel_error(
-            code, pos, f"{where} gexc frame", "nonzero" if code == _kernels.GENE_OUT_OF_RANGE else "exception"
+            code, pos, f"{where} gexc frame", "nonzero" if code == _codes.GENE_OUT_OF_RANGE else "exception"
         )
     return large
 
@@ -286,6 +288,6 @@ def _exception_arrays(
 
 
 def _raise_kernel_error(code: int, position: int, where: str, unit: str) -> None:
-    if code != _kernels.OK:
+    if code != _codes.OK:
         msg = f"{where}: {_KERNEL_ERRORS[code]} (at {unit} {position})"
         raise FormatError(msg)

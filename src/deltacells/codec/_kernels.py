@@ -11,15 +11,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-#: Error codes returned by the kernels.
-OK = 0
-GENE_OUT_OF_RANGE = 1
-GENES_NOT_INCREASING = 2
-ZERO_COUNT = 3
-POSITION_OUT_OF_RANGE = 4
-POSITIONS_NOT_INCREASING = 5
-PAYLOAD_OUT_OF_RANGE = 6
-STORED_NOT_ESCAPED = 7
+from deltacells.codec._codes import (  # the error codes the kernels return
+    GENE_OUT_OF_RANGE,
+    GENES_NOT_INCREASING,
+    OK,
+    PAYLOAD_OUT_OF_RANGE,
+    POSITION_OUT_OF_RANGE,
+    POSITIONS_NOT_INCREASING,
+    STORED_NOT_ESCAPED,
+    ZERO_COUNT,
+)
 
 _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
-from deltacells.dataset._gather import gather_rows
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import warn
@@ -187,7 +186,7 @@ class Dataset:
         out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
         for k, tile in enumerate(tiles):
             slots = order[bounds[k] : bounds[k + 1]]
-            gather_rows(tile.indptr, tile.indices, tile.data, local[slots], out_indptr, slots, out_indices, out_data)
+            _gather()(tile.indptr, tile.indices, tile.data, local[slots], out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
 
     def _gather_ascending(self, needed, order, bounds, local, n_out, dtype, capacity) -> sparse.csr_matrix:
@@ -201,7 +200,7 @@ class Dataset:
             first = int(slots[0])
             np.cumsum(tile.indptr[loc + 1] - tile.indptr[loc], out=out_indptr[first + 1 : first + 1 + slots.shape[0]])
             out_indptr[first + 1 : first + 1 + slots.shape[0]] += out_indptr[first]
-            gather_rows(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
+            _gather()(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
         nnz = int(out_indptr[-1])
         out_indices.resize(nnz, refcheck=False)
         out_data.resize(nnz, refcheck=False)
@@ -220,7 +219,7 @@ class Dataset:
         out_indptr = _indptr_from_lengths(lengths)
         out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
         for slots, loc, src_indptr, src_indices, src_data in parts:
-            gather_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
+            _gather()(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
 
     def _check_precision(self, tile: DecodedTile, dtype: np.dtype) -> None:
@@ -275,6 +274,13 @@ class Dataset:
         return read_var_table(self.store, self.manifest)
 
 
+def _gather() -> Any:
+    """The numba kernel copying rows (numba loads on the first read, not on import)."""
+    from deltacells.dataset._gather import gather_rows
+
+    return gather_rows
+
+
 def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:
     indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
@@ -295,7 +301,7 @@ def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     data = np.empty(int(indptr[-1]), dtype=dtype)
     positions = np.arange(rows.shape[0], dtype=np.int64)
-    gather_rows(tile.indptr, tile.indices, tile.data, rows, indptr, positions, indices, data)
+    _gather()(tile.indptr, tile.indices, tile.data, rows, indptr, positions, indices, data)
     return positions, indptr, indices, data
 
 

@@ -67,7 +67,7 @@ from deltacells.format._shards import (
     shard_tiles,
 )
 from deltacells.format._sidecars import GENE_ORDER_DTYPE, check_gene_order, check_var_names, check_var_table
-from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile
+from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile, missing_tile
 
 __all__ = [
     "CATEGORY_ARROW_TYPES",
@@ -113,6 +113,7 @@ __all__ = [
     "collect",
     "decode_checked_tile",
     "first_problem_raises",
+    "missing_tile",
     "obs_fingerprint",
     "obs_shard_path",
     "problem_from_error",

@@ -64,7 +64,7 @@ def check_var_table(blob: bytes, n_genes: int | None) -> Checker[pa.Table | None
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(blob))
+        table = pq.ParquetFile(pa.BufferReader(blob)).read()  # not read_table: it loads pyarrow.dataset
     except Exception as exc:  # anything pyarrow raises means unreadable  # noqa: BLE001
         yield Problem(VAR_TABLE_NAME, f"not a readable parquet table ({problem_from_error('', exc).message})")
         return None

@@ -11,7 +11,14 @@ if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
     from deltacells.format._manifest import ManifestFields
 
-__all__ = ["check_tile", "check_tile_size", "decode_checked_tile"]
+__all__ = ["check_tile", "check_tile_size", "decode_checked_tile", "missing_tile"]
+
+
+def missing_tile(tile: int, fields: ManifestFields) -> Problem:
+    """The problem of a tile the manifest lists that is not there."""
+    from deltacells.errors import MissingObjectError
+
+    return Problem(tile_path(tile), f"tile {tile} of {fields.n_tiles} is missing from the dataset", MissingObjectError)
 
 
 def check_tile_size(size: int, tile: int, fields: ManifestFields) -> Checker[None]:

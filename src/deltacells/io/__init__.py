@@ -1,7 +1,39 @@
-"""AnnData and scanpy integration: read_deltacells, write_deltacells, and the lazy X."""
+"""AnnData and scanpy integration: read_deltacells, write_deltacells, and the lazy X.
 
-from deltacells.io._lazy import TiledCSRDataset
-from deltacells.io._read import read_deltacells, read_obs, read_var, restore_gene_order
-from deltacells.io._write import write_deltacells
+The names load their modules (and anndata) on first use, so that importing the package stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deltacells.io._lazy import TiledCSRDataset
+    from deltacells.io._read import read_deltacells, read_obs, read_var, restore_gene_order
+    from deltacells.io._write import write_deltacells
+
+_LAZY = {
+    "TiledCSRDataset": "deltacells.io._lazy",
+    "read_deltacells": "deltacells.io._read",
+    "read_obs": "deltacells.io._read",
+    "read_var": "deltacells.io._read",
+    "restore_gene_order": "deltacells.io._read",
+    "write_deltacells": "deltacells.io._write",
+}
 
 __all__ = ["TiledCSRDataset", "read_deltacells", "read_obs", "read_var", "restore_gene_order", "write_deltacells"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'deltacells.io' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -12,7 +12,7 @@ import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.errors import MissingObjectError, OutOfRangeError
-from deltacells.format import decode_checked_tile, first_problem_raises, tile_path
+from deltacells.format import decode_checked_tile, first_problem_raises, missing_tile, tile_path
 from deltacells.tiles._cache import TileCache
 
 if TYPE_CHECKING:
@@ -160,8 +160,7 @@ class TileReader:
         try:
             blob = self.store.read(name)
         except MissingObjectError as exc:
-            msg = f"{self.store.url}/{name}: tile {tile} of {self.manifest.n_tiles} is missing from the dataset"
-            raise MissingObjectError(msg) from exc
+            raise missing_tile(tile, self._fields).to_exception(self.store.url) from exc
         checker = decode_checked_tile(blob, tile, self._fields, url=self.store.url, threads=threads)
         decoded = first_problem_raises(checker, self.store.url)
         assert decoded is not None

@@ -7,8 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from deltacells.format import ManifestFields, Problem, collect, decode_checked_tile, tile_path
-from deltacells.validate._access import read_object
+from deltacells.format import ManifestFields, Problem, collect, decode_checked_tile, missing_tile, tile_path
 from deltacells.validate._report import Collector
 
 if TYPE_CHECKING:
@@ -28,7 +27,14 @@ def _check_tile(store: BaseStore, tile: int, fields: ManifestFields) -> _TileRes
     """Fetch, decode and check one tile against the manifest (runs on a pool thread)."""
     sink = Collector()
     result = _TileResult()
-    blob = read_object(store, tile_path(tile), sink)
+    try:
+        blob = store.read(tile_path(tile))
+    except FileNotFoundError:
+        sink(missing_tile(tile, fields))
+        blob = None
+    except Exception as exc:  # a validator reports, it does not crash  # noqa: BLE001
+        sink.add(tile_path(tile), exc)
+        blob = None
     if blob is not None:
         result.read, result.size = True, len(blob)
         decoded = collect(decode_checked_tile(blob, tile, fields, url=store.url, threads=1), sink)

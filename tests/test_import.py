@@ -1,0 +1,51 @@
+"""``import deltacells`` and the command line load no heavy library until it is needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("anndata", "scanpy", "numba", "h5py", "zarr", "dask", "pandas", "pyarrow")
+
+
+def loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("code", ["import deltacells", "import deltacells.cli"])
+def test_imports_load_no_heavy_library(code: str) -> None:
+    assert loaded_after(code) == []
+
+
+def test_opening_a_dataset_loads_no_numba(tmp_path) -> None:
+    """The kernels load on the first decode: opening (and reading the manifest) does not need them."""
+    import deltacells
+    from deltacells.datasets import synthetic_counts
+
+    deltacells.write_deltacells(synthetic_counts(50, 20), tmp_path / "ds", progress=False)
+    assert "numba" not in loaded_after(f"import deltacells; deltacells.open_dataset({str(tmp_path / 'ds')!r})")
+    assert "numba" in loaded_after(f"import deltacells; deltacells.open_dataset({str(tmp_path / 'ds')!r}).read_rows()")
+
+
+def test_names_still_reach_anndata_and_scanpy() -> None:
+    """The hooks that add AnnData.write_deltacells and scanpy.read_deltacells run when those are imported."""
+    code = (
+        "import deltacells, anndata, scanpy\n"
+        "assert hasattr(anndata.AnnData, 'write_deltacells')\n"
+        "assert scanpy.read_deltacells is deltacells.read_deltacells\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_public_names_resolve() -> None:
+    import deltacells
+
+    for name in deltacells.__all__:
+        assert getattr(deltacells, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = deltacells.nope
