@@ -38,6 +38,7 @@ def bench(session: nox.Session) -> None:
     """Run the benchmark scripts (timings are printed, never asserted)."""
     session.install("-e.")
     session.run("python", "benchmarks/bench_decode.py", *session.posargs)
+    session.run("python", "benchmarks/bench_import.py", *(["--quick"] if "--quick" in session.posargs else []))
 
 
 @nox.session(python=PYTHONS[0], default=False)

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("codec",),
     ("format",),
     ("storage",),
+    ("testing",),  # the shared store test suite (pytest only here)
     ("tiles", "obs"),  # side by side: neither imports the other (see SAME_LAYER_FORBIDDEN)
     ("dataset",),
     ("io", "datasets"),  # datasets (synthetic data) may use io, not the other way round

@@ -354,7 +354,9 @@ def test_report_to_dict_is_json(ds):
     doc = validate_dataset(ds).to_dict()
     assert json.loads(json.dumps(doc)) == doc
     assert doc["ok"] is False
-    assert doc["problems"] == [{"object": "tiles/tile_000004.dct", "message": "tile 4 of 5 is missing from the dataset"}]
+    assert doc["problems"] == [
+        {"object": "tiles/tile_000004.dct", "message": "tile 4 of 5 is missing from the dataset"}
+    ]
     assert set(doc) == {
         "path",
         "ok",

@@ -183,7 +183,10 @@ def atheris_worker(
     exclude = [] if os.environ.get("NUMBA_DISABLE_JIT") == "1" else list(JIT_MODULES)
     with atheris.instrument_imports(include=["deltacells"], exclude=exclude):
         import deltacells  # (instrumented for coverage)
-        import deltacells.obs  # noqa: F401  (imported lazily by the package: instrument it too)
+        import deltacells.obs  # (imported lazily by the package: instrument it too)
+
+        # deltacells may import a module on the first use of one of its names: use the targets' names here
+        _ = (deltacells.decode_tile, deltacells.encode_tile, deltacells.Manifest, deltacells.obs.ObsSchema)
     oracle = make_oracle(target)
     seeds = seeds_for(target)
     warm_up(oracle, seeds)  # numba compiles (or loads) the kernels now, not inside a measured input

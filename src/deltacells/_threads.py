@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+
 from deltacells.errors import InvalidValueError
 
 _lock = threading.Lock()

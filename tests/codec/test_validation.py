@@ -16,8 +16,7 @@ import deltacells
 import deltacells.codec._decode
 import deltacells.codec._encode
 from deltacells import FormatError
-from deltacells.errors import ExceptionPolicyError
-from deltacells.errors import UnsupportedPlatformError
+from deltacells.errors import ExceptionPolicyError, UnsupportedPlatformError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

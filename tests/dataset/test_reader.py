@@ -24,9 +24,9 @@ import deltacells
 import deltacells.dataset._dataset as reader_module
 from deltacells import FormatError
 from deltacells.dataset import Dataset, DatasetWriter, open_dataset
-from deltacells.tiles import TileCache
 from deltacells.errors import DeltaCellsWarning, MissingObjectError
 from deltacells.storage import Store
+from deltacells.tiles import TileCache
 
 SHAPES = {
     "uneven": {"n_cells": 103, "n_genes": 17, "tile_size": 10},

@@ -16,8 +16,8 @@ from scipy import sparse
 import deltacells
 from deltacells import FormatError
 from deltacells.dataset import DatasetWriter, open_dataset
-from deltacells.tiles import DEFAULT_TILE_SIZE, to_count_csr
 from deltacells.storage import Store
+from deltacells.tiles import DEFAULT_TILE_SIZE, to_count_csr
 
 N_CELLS, N_GENES, TILE = 53, 11, 8
 

@@ -21,8 +21,7 @@ from filelock import FileLock
 from obs_testlib import CountingStore, ObsDataset, manifest_for, refresh_manifest, sample_frame
 
 from deltacells import FormatError
-from deltacells.errors import MissingObjectError
-from deltacells.errors import ObsCacheError
+from deltacells.errors import MissingObjectError, ObsCacheError
 from deltacells.obs import ObsStore, column_file_name, resolve_cache_dir
 
 TILE = 4  # sample_frame(30) in tiles of 4: 8 tiles

@@ -10,8 +10,7 @@ import pytest
 from obs_testlib import DATASETS, CountingStore
 
 from deltacells import FormatError
-from deltacells.format import Manifest
-from deltacells.format import obs_fingerprint
+from deltacells.format import Manifest, obs_fingerprint
 from deltacells.obs import ObsSchema, ObsStore
 
 if not (DATASETS / "complete").is_dir():

@@ -314,8 +314,8 @@ def as_nobody(action: str, root: str, manifest_json: str, cache_dir: str, warm_c
     """
     import pickle as _pickle
 
-    from deltacells.format import Manifest
     from deltacells.errors import ObsCacheError
+    from deltacells.format import Manifest
     from deltacells.obs import ObsStore
     from deltacells.storage import Store
 

@@ -25,8 +25,10 @@ def is_user_error(exc: BaseException) -> bool:
 
 
 class CLIError(DeltaCellsError, click.ClickException):
-    """An error of the command line's own (a missing input, an unreadable one), reported as one line,
-    ``error: <message>``, with exit status 1."""
+    """An error of the command line's own (a missing or unreadable input), reported as one line.
+
+    It is printed as ``error: <message>``, with exit status 1.
+    """
 
     def show(self, file: Any = None) -> None:
         """Print ``error: <message>`` to stderr."""

@@ -13,7 +13,6 @@ import click
 from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._options import parse_storage_options, storage_option
-from deltacells.errors import FormatError
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset

@@ -8,7 +8,6 @@ import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec._frames import compress_frame
-from deltacells.errors import ExceptionPolicyError, InvalidTypeError, InvalidValueError
 from deltacells.codec._layout import (
     CHUNK_ENTRY_SIZE,
     HEADER_SIZE,
@@ -18,6 +17,7 @@ from deltacells.codec._layout import (
     TileHeader,
     align,
 )
+from deltacells.errors import ExceptionPolicyError, InvalidTypeError, InvalidValueError
 
 #: Defaults of the reference writer.
 DEFAULT_N_CHUNKS = 8

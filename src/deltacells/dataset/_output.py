@@ -15,8 +15,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING
 
-from deltacells.format import DATASET_ENTRIES, MANIFEST_NAME, STAGING_PREFIX
 from deltacells.errors import OutputExistsError
+from deltacells.format import DATASET_ENTRIES, MANIFEST_NAME, STAGING_PREFIX
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore

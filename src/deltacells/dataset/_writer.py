@@ -19,6 +19,7 @@ from deltacells.dataset._output import (
     remove_stale_staging,
     swap_in,
 )
+from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import (
     DATASET_ENTRIES,
     GENE_ORDER_DTYPE,
@@ -30,7 +31,6 @@ from deltacells.format import (
 )
 from deltacells.storage import BaseStore, PrefixStore, open_store
 from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, TileWriter, check_tile_settings
-from deltacells.errors import InvalidTypeError, InvalidValueError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from scipy import sparse
+
 from deltacells.errors import InvalidValueError
 
 if TYPE_CHECKING:

@@ -62,7 +62,7 @@ class ManifestFields:
 
     @property
     def n_shards(self) -> int:
-        """obs shards the manifest lists (0 when unknown or without obs)."""
+        """Obs shards the manifest lists (0 when unknown or without obs)."""
         return 0 if self.obs_shard_bytes is None else len(self.obs_shard_bytes)
 
 
@@ -118,7 +118,6 @@ def check_manifest(doc: Any) -> Checker[ManifestFields | None]:
     known = {"format", "version", *Manifest.__dataclass_fields__, *SIDECAR_FLAGS.values()} - {"extra"}
     f.extra = {k: v for k, v in doc.items() if k not in known}
     return f
-
 
 
 def _problem(message: str) -> Problem:
@@ -204,9 +203,7 @@ def _int(doc: dict[str, Any], name: str, *, minimum: int, maximum: int | None = 
     return value
 
 
-def _int_list(
-    doc: dict[str, Any], name: str, *, minimum: int, length: int | None = None
-) -> Checker[np.ndarray | None]:
+def _int_list(doc: dict[str, Any], name: str, *, minimum: int, length: int | None = None) -> Checker[np.ndarray | None]:
     if name not in doc:
         yield _problem(f"required field {name} is missing")
         return None

@@ -80,8 +80,7 @@ def check_shard_layout(
                 if got != column.pa_type:
                     yield Problem(
                         name,
-                        f"column {column.name!r} has Arrow type {got}, but {OBS_SCHEMA_NAME} says "
-                        f"{column.arrow_type}",
+                        f"column {column.name!r} has Arrow type {got}, but {OBS_SCHEMA_NAME} says {column.arrow_type}",
                     )
                     columns_ok = False
     tiles = shard_tiles(fields, shard)

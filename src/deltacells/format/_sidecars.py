@@ -23,14 +23,12 @@ def check_gene_order(blob: bytes, n_genes: int | None) -> Checker[np.ndarray | N
     """``gene_order.npy``: a little-endian int32 permutation of ``0 .. n_genes - 1``; returns it."""
     try:
         order = np.load(io.BytesIO(blob), allow_pickle=False)
-    except Exception as exc:  # np.load raises many kinds for bad bytes  # noqa: BLE001
+    except Exception as exc:  # np.load raises many kinds for bad bytes
         yield Problem(GENE_ORDER_NAME, f"not a readable .npy array ({problem_from_error('', exc).message})")
         return None
     ok = True
     if order.dtype != GENE_ORDER_DTYPE:
-        yield Problem(
-            GENE_ORDER_NAME, f"has dtype {order.dtype.str}, the format requires little-endian int32 (<i4)"
-        )
+        yield Problem(GENE_ORDER_NAME, f"has dtype {order.dtype.str}, the format requires little-endian int32 (<i4)")
         ok = False
     if n_genes is None:
         return None
@@ -65,7 +63,7 @@ def check_var_table(blob: bytes, n_genes: int | None) -> Checker[pa.Table | None
 
     try:
         table = pq.ParquetFile(pa.BufferReader(blob)).read()  # not read_table: it loads pyarrow.dataset
-    except Exception as exc:  # anything pyarrow raises means unreadable  # noqa: BLE001
+    except Exception as exc:  # anything pyarrow raises means unreadable
         yield Problem(VAR_TABLE_NAME, f"not a readable parquet table ({problem_from_error('', exc).message})")
         return None
     if n_genes is not None and table.num_rows != n_genes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -12,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from deltacells.dataset import Dataset, open_dataset
-from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
+from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._sources import view_parts
-from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
+from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
     import anndata as ad

@@ -25,15 +25,6 @@ import pyarrow as pa
 from filelock import FileLock
 
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError, ObsCacheError
-from deltacells.obs._decode import to_pandas_values
-from deltacells.obs._dtypes import default_string_dtype
-from deltacells.obs._files import (
-    ColumnFileWriter,
-    atomic_write,
-    column_file_name,
-    read_column_file,
-    remove_stale_temporaries,
-)
 from deltacells.format import (
     INDEX_COLUMN,
     OBS_SCHEMA_NAME,
@@ -43,6 +34,15 @@ from deltacells.format import (
     check_fingerprint,
     first_problem_raises,
     obs_fingerprint,
+)
+from deltacells.obs._decode import to_pandas_values
+from deltacells.obs._dtypes import default_string_dtype
+from deltacells.obs._files import (
+    ColumnFileWriter,
+    atomic_write,
+    column_file_name,
+    read_column_file,
+    remove_stale_temporaries,
 )
 from deltacells.obs._shards import read_shard_bytes, tile_columns
 from deltacells.storage import BaseStore

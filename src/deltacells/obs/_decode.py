@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from deltacells.format import ObsColumn, check_codes, first_problem_raises
 from deltacells.obs._dtypes import default_string_dtype, dtype_from_hint

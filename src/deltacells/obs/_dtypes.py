@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from deltacells.errors import InvalidValueError
 
 __all__ = ["default_string_dtype", "dtype_from_hint", "is_nan_string_dtype", "string_hint"]

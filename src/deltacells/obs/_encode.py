@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from deltacells.obs._dtypes import string_hint
-from deltacells.format import INDEX_COLUMN, ObsColumn
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.format import INDEX_COLUMN, ObsColumn
+from deltacells.obs._dtypes import string_hint
 
 __all__ = ["DEFAULT_MAX_CATEGORIES", "encode_column", "encode_index"]
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltacells.errors import FormatError
 from deltacells.format import (
     Problem,
     check_codes,
@@ -47,10 +46,8 @@ def _open_parquet(store: BaseStore, shard: int, blob: bytes | None, size: int) -
     """A ParquetFile over ``blob``, or over ranged reads of the stored shard when ``blob`` is None."""
     name = obs_shard_path(shard)
     with contextlib.ExitStack() as stack:
-        if blob is not None:
-            source = pa.BufferReader(blob)
-        else:
-            source = stack.enter_context(store.open_file(name, size))
+        ranged = blob is None  # read only the footer and the column chunks asked for
+        source = stack.enter_context(store.open_file(name, size)) if ranged else pa.BufferReader(blob)
         try:
             parquet = pq.ParquetFile(source)
         except (pa.ArrowException, OSError) as exc:

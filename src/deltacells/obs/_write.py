@@ -11,10 +11,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltacells.format import obs_shard_path
-from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES, encode_column, encode_index
-from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema, obs_fingerprint
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema, obs_fingerprint, obs_shard_path
+from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES, encode_column, encode_index
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore

@@ -8,9 +8,9 @@ workers and data-loader processes each open their own connection.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from deltacells.errors import MissingObjectError
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from deltacells.tiles._cache import TileCache
 from deltacells.tiles._counts import to_count_csr
 from deltacells.tiles._reader import DEFAULT_TILE_CACHE_BYTES, TileReader
-from deltacells.tiles._writer import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, TileList, TileWriter, check_tile_settings
+from deltacells.tiles._writer import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_CHUNKS,
+    DEFAULT_TILE_SIZE,
+    TileList,
+    TileWriter,
+    check_tile_settings,
+)
 
 __all__ = [
     "DEFAULT_LEVEL",

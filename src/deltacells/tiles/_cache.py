@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
+
 from deltacells.errors import InvalidValueError
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
+
 from deltacells.errors import InvalidTypeError, InvalidValueError
 
 MAX_COUNT = 2**31 - 1

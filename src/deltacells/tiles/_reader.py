@@ -119,9 +119,9 @@ class TileReader:
         mine.set_result(decoded)
         return decoded
 
-    def iter_tiles(self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None) -> Iterator[
-        tuple[int, DecodedTile]
-    ]:
+    def iter_tiles(
+        self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None
+    ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, decoding a few at once in parallel.
 
         At most ``batch`` decoded tiles (default: twice the threads) are held beyond the cache at any time,

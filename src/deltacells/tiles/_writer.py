@@ -12,9 +12,9 @@ from scipy import sparse
 
 from deltacells._threads import default_threads
 from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
+from deltacells.errors import InvalidValueError
 from deltacells.format import tile_path
 from deltacells.tiles._counts import to_count_csr
-from deltacells.errors import InvalidValueError
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore

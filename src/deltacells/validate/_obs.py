@@ -63,7 +63,9 @@ def _check_schema(store: BaseStore, fields: ManifestFields, found: Collector) ->
     return schema
 
 
-def _check_shard(store: BaseStore, fields: ManifestFields, schema: ObsSchema | None, shard: int, found: Collector) -> bool:
+def _check_shard(
+    store: BaseStore, fields: ManifestFields, schema: ObsSchema | None, shard: int, found: Collector
+) -> bool:
     """Check one obs shard; return whether it could be read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -76,7 +78,7 @@ def _check_shard(store: BaseStore, fields: ManifestFields, schema: ObsSchema | N
     try:
         parquet = pq.ParquetFile(pa.BufferReader(blob))
         _ = parquet.metadata, parquet.schema_arrow
-    except Exception as exc:  # anything pyarrow raises means unreadable  # noqa: BLE001
+    except Exception as exc:  # anything pyarrow raises means unreadable
         found.add(name, f"not a readable parquet file ({type(exc).__name__}: {exc})")
         return True
     columns_ok = collect(check_shard_layout(parquet, shard, schema, fields), found)
@@ -86,12 +88,14 @@ def _check_shard(store: BaseStore, fields: ManifestFields, schema: ObsSchema | N
     return True
 
 
-def _check_row_group(parquet: Any, group: int, tile: int, schema: ObsSchema | None, name: str, found: Collector) -> None:
+def _check_row_group(
+    parquet: Any, group: int, tile: int, schema: ObsSchema | None, name: str, found: Collector
+) -> None:
     """Read one row group whole; check its category codes against the vocabularies."""
     at = f"row group {group} (tile {tile}): "
     try:
         table = parquet.read_row_group(group, use_threads=False)
-    except Exception as exc:  # anything pyarrow raises means unreadable  # noqa: BLE001
+    except Exception as exc:  # anything pyarrow raises means unreadable
         found.add(name, f"{at}cannot be read ({type(exc).__name__}: {exc})")
         return
     if schema is None:

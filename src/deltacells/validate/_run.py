@@ -60,7 +60,7 @@ def validate_dataset(
     try:
         store = open_store(path, storage_options)
         fields = check_manifest(store, found)
-    except Exception as exc:  # a validator reports, it does not crash (e.g. a bad URL)  # noqa: BLE001
+    except Exception as exc:  # a validator reports, it does not crash (e.g. a bad URL)
         found.add(MANIFEST_NAME, exc)
         fields = None
     if fields is not None:
