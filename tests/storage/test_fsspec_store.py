@@ -188,29 +188,25 @@ def test_store_is_the_fsspec_store() -> None:
     assert Store is FsspecStore
 
 
-def test_write_read_list_remove(store: Store) -> None:
-    store.makedirs()
+def test_write_read_list_delete(store: Store) -> None:
     store.write("tiles/a.dct", b"abc")
     store.write("manifest.json", b"{}")
     assert store.read("tiles/a.dct") == b"abc"
     assert store.size("tiles/a.dct") == 3
-    assert store.listdir() == {"tiles", "manifest.json"}
-    assert store.listdir("tiles") == {"a.dct"}
-    assert store.listdir("absent") == set()
+    assert store.list() == ["manifest.json", "tiles"]
+    assert store.list("tiles") == ["a.dct"]
+    assert store.list("absent") == []
     store.write("tiles/a.dct", b"xyz!")  # replaced whole
     assert store.read("tiles/a.dct") == b"xyz!"
-    store.remove("tiles")
+    store.delete("tiles")
     assert not store.exists("tiles/a.dct")
-    store.remove("tiles")  # absent: no error
+    store.delete("tiles")  # absent: no error
     with pytest.raises(MissingObjectError, match="tiles/a.dct"):
         store.read("tiles/a.dct")
 
 
-def test_compatibility_members(store: Store) -> None:
-    assert store.listdir() == set()
-    store.makedirs()
-    assert store.exists("")  # an empty root directory exists once made
-    assert store.fs.isdir(store.root)
+def test_fsspec_members(store: Store) -> None:
+    assert store.list() == []
     assert store.path("") == store.root
     assert store.path("tiles/a") == f"{store.root}/tiles/a"
     store.write("tiles/a", b"a")
@@ -242,7 +238,7 @@ def test_failed_local_write_keeps_the_old_object(tmp_path: Path) -> None:
 
 def test_pickles_to_url_and_options_only(tmp_path: Path) -> None:
     store = Store(tmp_path, {"auto_mkdir": True})
-    store.makedirs()
+    store.write("manifest.json", b"{}")
     _ = store.fs  # an open filesystem is not part of the pickle
     clone = pickle.loads(pickle.dumps(store))
     assert clone.url == store.url

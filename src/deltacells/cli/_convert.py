@@ -159,8 +159,10 @@ def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
     order = dataset.gene_order()
     want = expected if order is None else [expected[j] for j in order]
     if names != want:
+        from deltacells.format import MANIFEST_NAME
+
         with contextlib.suppress(OSError):
-            dataset.store.remove("manifest.json")
+            dataset.store.delete(MANIFEST_NAME)
         msg = (
             f"{dataset.store.url}: the gene names written do not match the input's (a bug in deltacells; "
             "please report it); the dataset was left without its manifest.json"

@@ -24,7 +24,7 @@ def sidecar_bytes(dataset: Dataset) -> int:
     -------
     int
         Bytes of the manifest, the gene order, the var names, the var table and the obs schema, counting
-        only those present (see :data:`deltacells.format.SIDECAR_NAMES`).
+        only those present (see ``deltacells.format.SIDECAR_NAMES``).
     """
     return sum(_size_or_zero(dataset, name) for name in SIDECAR_NAMES)
 

@@ -49,7 +49,7 @@ class DatasetWriter:
 
     With ``overwrite=True`` an existing dataset stays whole and readable until the new one is complete: the
     new one is written under a staging prefix inside the root and swapped in by :meth:`close` (see
-    :mod:`deltacells.dataset._output`). A failed or killed overwrite leaves the old dataset as it was.
+    ``deltacells.dataset._output``). A failed or killed overwrite leaves the old dataset as it was.
 
     Parameters
     ----------

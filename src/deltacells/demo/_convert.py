@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltacells._threads import default_threads
 from deltacells.dataset import open_dataset
-from deltacells.dataset._sizes import sidecar_bytes
+from deltacells.dataset import sidecar_bytes
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._report import Converted
 from deltacells.io import write_deltacells

@@ -26,16 +26,11 @@ Checker = Generator["Problem", None, T]
 class Problem:
     """One rule of the format broken by one object of a dataset.
 
-    Attributes
-    ----------
-    object
-        The object at fault, relative to the dataset root (``"manifest.json"``, ``"tiles/tile_000003.dct"``,
-        ``"obs/obs_0001.parquet"``...).
-    message
-        What is wrong with it (without the object's name).
-    error
-        The exception a reader raises for it: :class:`~deltacells.errors.FormatError`, or
-        :class:`~deltacells.errors.MissingObjectError` for an object that is not there.
+    ``object`` is the object at fault, relative to the dataset root (``"manifest.json"``,
+    ``"tiles/tile_000003.dct"``, ``"obs/obs_0001.parquet"``...); ``message`` says what is wrong with it
+    (without the object's name); ``error`` is the exception a reader raises for it:
+    :class:`~deltacells.errors.FormatError`, or :class:`~deltacells.errors.MissingObjectError` for an object
+    that is not there.
     """
 
     object: str

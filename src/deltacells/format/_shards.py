@@ -105,7 +105,7 @@ def check_shard_layout(
 
 
 def check_codes(column: ObsColumn, array: pa.Array | pa.ChunkedArray, obj: str, where: str) -> Checker[None]:
-    """A category column's codes within ``-1 .. len(categories) - 1`` (``where`` locates them in ``obj``)."""
+    """A category column's codes, each -1 (missing) or a category's number (``where`` locates them in ``obj``)."""
     if len(array) == array.null_count:  # empty, or every code null (missing)
         return
     bounds = pc.min_max(array)

@@ -20,7 +20,7 @@ GENE_ORDER_DTYPE = np.dtype("<i4")
 
 
 def check_gene_order(blob: bytes, n_genes: int | None) -> Checker[np.ndarray | None]:
-    """``gene_order.npy``: a little-endian int32 permutation of ``0 .. n_genes - 1``; returns it."""
+    """``gene_order.npy``: a little-endian int32 permutation of the column numbers; returns it."""
     try:
         order = np.load(io.BytesIO(blob), allow_pickle=False)
     except Exception as exc:  # np.load raises many kinds for bad bytes

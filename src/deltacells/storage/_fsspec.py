@@ -54,7 +54,7 @@ class FsspecStore(BaseStore):
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        """The fsspec filesystem, created on first use in each process (compatibility; use the store's methods)."""
+        """The fsspec filesystem, created on first use in each process."""
         if self._fs is None or self._pid != os.getpid():
             self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.storage_options)
             self._pid = os.getpid()
@@ -62,7 +62,7 @@ class FsspecStore(BaseStore):
 
     @property
     def root(self) -> str:
-        """The root path inside :attr:`fs`, without a trailing slash (compatibility; use :meth:`local_path`)."""
+        """The root path inside :attr:`fs`, without a trailing slash."""
         _ = self.fs
         assert self._root is not None
         return self._root.rstrip("/")
@@ -84,7 +84,7 @@ class FsspecStore(BaseStore):
     # -------------------------------------------------------------------------------------- reads
 
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The bytes ``[start, end)`` of object ``path`` (see :meth:`BaseStore.read`)."""
+        """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`)."""
         full = self._full(path)
         try:
             if _plain(start, end):
@@ -217,20 +217,6 @@ class FsspecStore(BaseStore):
             fs.copy(sources, [target + name[len(source) :] for name in sources])
         fs.rm(source, recursive=True)
 
-    # -------------------------------------------------------------------- compatibility members
-
     def path(self, name: str) -> str:
-        """Full path of ``name`` inside :attr:`fs` (compatibility; use :meth:`local_path`)."""
+        """Full path of ``name`` inside :attr:`fs` (what fsspec calls it)."""
         return self._full(name)
-
-    def listdir(self, name: str = "") -> set[str]:
-        """The names under ``name``, as a set (compatibility; use :meth:`list`)."""
-        return set(self.list(name))
-
-    def remove(self, name: str) -> None:
-        """Remove object or prefix ``name`` if it exists (compatibility; use :meth:`delete`)."""
-        self.delete(name)
-
-    def makedirs(self) -> None:
-        """Create the root directory, a no-op on object stores (compatibility; use list/delete)."""
-        self.fs.makedirs(self.root, exist_ok=True)

@@ -40,11 +40,11 @@ class PrefixStore(BaseStore):
         return f"{self.prefix}/{path}" if path else self.prefix
 
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The bytes ``[start, end)`` of object ``path`` (see :meth:`BaseStore.read`)."""
+        """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`)."""
         return self.store.read(self._inner(path), start, end)
 
     def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
-        """Many objects or ranges at once, in request order, through the inner store's :meth:`read_many`."""
+        """Many objects or ranges at once, in request order, through the inner store's :meth:`~deltacells.storage.BaseStore.read_many`."""
         inner = [(self._inner(path), start, end) for path, start, end in requests]
         return self.store.read_many(inner, max_workers=max_workers)
 
