@@ -18,7 +18,7 @@ __all__ = ["StoreFile"]
 
 
 class StoreFile(io.RawIOBase):
-    """A read-only, seekable, unbuffered file whose every read is one :meth:`~deltacells.storage.BaseStore.read` of a range.
+    """A read-only, seekable, unbuffered file whose every read is one ranged :meth:`~.BaseStore.read`.
 
     Parameters
     ----------

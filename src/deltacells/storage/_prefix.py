@@ -44,7 +44,7 @@ class PrefixStore(BaseStore):
         return self.store.read(self._inner(path), start, end)
 
     def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
-        """Many objects or ranges at once, in request order, through the inner store's :meth:`~deltacells.storage.BaseStore.read_many`."""
+        """Many objects or ranges at once, in request order, through the inner store's ``read_many``."""
         inner = [(self._inner(path), start, end) for path, start, end in requests]
         return self.store.read_many(inner, max_workers=max_workers)
 
