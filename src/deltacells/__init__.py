@@ -7,9 +7,9 @@ their modules on first use, so that ``import deltacells`` and the command line s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from deltacells._lazy import lazy_names
 from deltacells._version import __version__
 from deltacells.errors import DeltaCellsError, FormatError
 from deltacells.io._scverse import attach as _attach
@@ -58,18 +58,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'deltacells' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 _attach()

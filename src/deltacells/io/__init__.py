@@ -5,8 +5,9 @@ The names load their modules (and anndata) on first use, so that importing the p
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
     from deltacells.io._lazy import TiledCSRDataset
@@ -25,15 +26,4 @@ _LAZY = {
 __all__ = ["TiledCSRDataset", "read_deltacells", "read_obs", "read_var", "restore_gene_order", "write_deltacells"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'deltacells.io' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
