@@ -14,6 +14,7 @@ from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
 from deltacells.cli._options import parse_storage_options, storage_option
+from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -159,8 +160,6 @@ def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
     order = dataset.gene_order()
     want = expected if order is None else [expected[j] for j in order]
     if names != want:
-        from deltacells.format import MANIFEST_NAME
-
         with contextlib.suppress(OSError):
             dataset.store.delete(MANIFEST_NAME)
         msg = (

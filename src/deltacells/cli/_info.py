@@ -13,6 +13,7 @@ import click
 from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._options import parse_storage_options, storage_option
+from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -100,7 +101,7 @@ def _obs_info(dataset: Dataset) -> dict[str, Any] | None:
     m = dataset.manifest
     if not m.has_obs:
         return None
-    from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema
+    from deltacells.format import ObsSchema
 
     schema = ObsSchema.from_json(dataset.store.read(OBS_SCHEMA_NAME), where=f"{dataset.store.url}/{OBS_SCHEMA_NAME}")
     columns = [
@@ -171,9 +172,9 @@ def _info_lines(doc: dict[str, Any]) -> list[str]:
     var_parts = []
     if var is not None:
         cols = ", ".join(f"{c['name']} ({c['arrow_type']})" for c in var["columns"]) or "no columns"
-        var_parts.append(f"var.parquet, {var['n_rows']:,} rows: {cols}")
+        var_parts.append(f"{VAR_TABLE_NAME}, {var['n_rows']:,} rows: {cols}")
     if doc["has_var_names"]:
-        var_parts.append("var_names.txt")
+        var_parts.append(VAR_NAMES_NAME)
     lines.append("  var         " + ("; ".join(var_parts) if var_parts else "none (genes are named 0 .. n-1)"))
     obs = doc["obs"]
     if obs is None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltacells.cli._errors import CLIError
 from deltacells.errors import DeltaCellsError
+from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -37,7 +38,7 @@ def detect_format(path: Path) -> str:
     name = path.name.lower()
     if path.is_dir():
         entries = {p.name for p in path.iterdir()}
-        if "manifest.json" in entries:
+        if MANIFEST_NAME in entries:
             return "deltacells"
         if entries & {".zgroup", "zarr.json", ".zattrs"} or name.endswith(".zarr"):
             return "zarr"

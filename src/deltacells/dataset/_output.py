@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from deltacells.errors import OutputExistsError
-from deltacells.format import DATASET_ENTRIES, MANIFEST_NAME, STAGING_PREFIX
+from deltacells.format import DATASET_ENTRIES, MANIFEST_NAME, STAGING_PREFIX, TILES_DIR
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
@@ -61,7 +61,7 @@ def check_output(store: BaseStore, *, overwrite: bool) -> None:
             what = "an unfinished deltacells dataset" if ours else "other files"
         msg = f"{store.url} already holds {what}; pass overwrite=True to replace it, or choose another path"
         raise OutputExistsError(msg)
-    if not ours and "tiles" not in present and MANIFEST_NAME not in present:
+    if not ours and TILES_DIR not in present and MANIFEST_NAME not in present:
         msg = f"{store.url} holds files that are not a deltacells dataset; refusing to overwrite them"
         raise OutputExistsError(msg)
 

@@ -22,52 +22,111 @@ module                 rules of
 
 from __future__ import annotations
 
-from deltacells.format._fingerprint import obs_fingerprint
-from deltacells.format._listing import check_flags, check_stray_objects
-from deltacells.format._manifest import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    Manifest,
-    ManifestFields,
-    check_manifest,
-    check_manifest_text,
-)
-from deltacells.format._names import (
-    DATASET_ENTRIES,
-    GENE_ORDER_NAME,
-    MANIFEST_NAME,
-    OBS_DIR,
-    OBS_SCHEMA_NAME,
-    SIDECAR_FLAGS,
-    SIDECAR_NAMES,
-    STAGING_PREFIX,
-    TILES_DIR,
-    VAR_NAMES_NAME,
-    VAR_TABLE_NAME,
-    obs_shard_path,
-    tile_path,
-)
-from deltacells.format._obs_schema import (
-    CATEGORY_ARROW_TYPES,
-    INDEX_COLUMN,
-    KINDS,
-    NUMERIC_ARROW_TYPES,
-    OBS_FORMAT_NAME,
-    OBS_FORMAT_VERSION,
-    ObsColumn,
-    ObsSchema,
-    arrow_type,
-)
-from deltacells.format._problems import Checker, Problem, collect, first_problem_raises, problem_from_error
-from deltacells.format._shards import (
-    check_codes,
-    check_fingerprint,
-    check_shard_bytes,
-    check_shard_layout,
-    shard_tiles,
-)
-from deltacells.format._sidecars import GENE_ORDER_DTYPE, check_gene_order, check_var_names, check_var_table
-from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile, missing_tile
+from typing import TYPE_CHECKING
+
+from deltacells._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from deltacells.format._fingerprint import obs_fingerprint
+    from deltacells.format._listing import check_flags, check_stray_objects
+    from deltacells.format._manifest import (
+        FORMAT_NAME,
+        FORMAT_VERSION,
+        Manifest,
+        ManifestFields,
+        check_manifest,
+        check_manifest_text,
+    )
+    from deltacells.format._names import (
+        DATASET_ENTRIES,
+        GENE_ORDER_NAME,
+        MANIFEST_NAME,
+        OBS_DIR,
+        OBS_SCHEMA_NAME,
+        SIDECAR_FLAGS,
+        SIDECAR_NAMES,
+        STAGING_PREFIX,
+        TILES_DIR,
+        VAR_NAMES_NAME,
+        VAR_TABLE_NAME,
+        obs_shard_path,
+        tile_path,
+    )
+    from deltacells.format._obs_schema import (
+        CATEGORY_ARROW_TYPES,
+        INDEX_COLUMN,
+        KINDS,
+        NUMERIC_ARROW_TYPES,
+        OBS_FORMAT_NAME,
+        OBS_FORMAT_VERSION,
+        ObsColumn,
+        ObsSchema,
+        arrow_type,
+    )
+    from deltacells.format._problems import Checker, Problem, collect, first_problem_raises, problem_from_error
+    from deltacells.format._shards import (
+        check_codes,
+        check_fingerprint,
+        check_shard_bytes,
+        check_shard_layout,
+        shard_tiles,
+    )
+    from deltacells.format._sidecars import GENE_ORDER_DTYPE, check_gene_order, check_var_names, check_var_table
+    from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile, missing_tile
+
+#: Where each name lives; importing the package loads none of its modules (the CLI imports names cheaply).
+_LAZY = {
+    "obs_fingerprint": "deltacells.format._fingerprint",
+    "check_flags": "deltacells.format._listing",
+    "check_stray_objects": "deltacells.format._listing",
+    "FORMAT_NAME": "deltacells.format._manifest",
+    "FORMAT_VERSION": "deltacells.format._manifest",
+    "Manifest": "deltacells.format._manifest",
+    "ManifestFields": "deltacells.format._manifest",
+    "check_manifest": "deltacells.format._manifest",
+    "check_manifest_text": "deltacells.format._manifest",
+    "DATASET_ENTRIES": "deltacells.format._names",
+    "GENE_ORDER_NAME": "deltacells.format._names",
+    "MANIFEST_NAME": "deltacells.format._names",
+    "OBS_DIR": "deltacells.format._names",
+    "OBS_SCHEMA_NAME": "deltacells.format._names",
+    "SIDECAR_FLAGS": "deltacells.format._names",
+    "SIDECAR_NAMES": "deltacells.format._names",
+    "STAGING_PREFIX": "deltacells.format._names",
+    "TILES_DIR": "deltacells.format._names",
+    "VAR_NAMES_NAME": "deltacells.format._names",
+    "VAR_TABLE_NAME": "deltacells.format._names",
+    "obs_shard_path": "deltacells.format._names",
+    "tile_path": "deltacells.format._names",
+    "CATEGORY_ARROW_TYPES": "deltacells.format._obs_schema",
+    "INDEX_COLUMN": "deltacells.format._names",
+    "KINDS": "deltacells.format._obs_schema",
+    "NUMERIC_ARROW_TYPES": "deltacells.format._obs_schema",
+    "OBS_FORMAT_NAME": "deltacells.format._obs_schema",
+    "OBS_FORMAT_VERSION": "deltacells.format._obs_schema",
+    "ObsColumn": "deltacells.format._obs_schema",
+    "ObsSchema": "deltacells.format._obs_schema",
+    "arrow_type": "deltacells.format._obs_schema",
+    "Checker": "deltacells.format._problems",
+    "Problem": "deltacells.format._problems",
+    "collect": "deltacells.format._problems",
+    "first_problem_raises": "deltacells.format._problems",
+    "problem_from_error": "deltacells.format._problems",
+    "check_codes": "deltacells.format._shards",
+    "check_fingerprint": "deltacells.format._shards",
+    "check_shard_bytes": "deltacells.format._shards",
+    "check_shard_layout": "deltacells.format._shards",
+    "shard_tiles": "deltacells.format._shards",
+    "GENE_ORDER_DTYPE": "deltacells.format._sidecars",
+    "check_gene_order": "deltacells.format._sidecars",
+    "check_var_names": "deltacells.format._sidecars",
+    "check_var_table": "deltacells.format._sidecars",
+    "check_tile": "deltacells.format._tiles",
+    "check_tile_size": "deltacells.format._tiles",
+    "decode_checked_tile": "deltacells.format._tiles",
+    "missing_tile": "deltacells.format._tiles",
+}
+
 
 __all__ = [
     "CATEGORY_ARROW_TYPES",
@@ -120,3 +179,5 @@ __all__ = [
     "shard_tiles",
     "tile_path",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "DATASET_ENTRIES",
     "GENE_ORDER_NAME",
+    "INDEX_COLUMN",
     "MANIFEST_NAME",
     "OBS_DIR",
     "OBS_SCHEMA_NAME",
@@ -42,6 +43,9 @@ SIDECAR_NAMES = (MANIFEST_NAME, *SIDECAR_FLAGS)
 
 #: The entries of a dataset root that a writer owns (and replaces on overwrite), the manifest first.
 DATASET_ENTRIES = (MANIFEST_NAME, TILES_DIR, OBS_DIR, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME)
+
+#: The obs column that holds the cell names (DECISIONS.md 2: anndata's name for the index in h5ad).
+INDEX_COLUMN = "_index"
 
 #: Prefix of the directory under the root where an overwrite writes the new dataset before swapping it in.
 STAGING_PREFIX = ".deltacells-staging-"

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from deltacells._json import parse_json
 from deltacells.errors import FormatError, UnknownKeyError
-from deltacells.format._names import OBS_SCHEMA_NAME
+from deltacells.format._names import INDEX_COLUMN, OBS_SCHEMA_NAME
 
 __all__ = [
     "CATEGORY_ARROW_TYPES",
@@ -50,8 +50,6 @@ OBS_FORMAT_NAME = "deltacells-obs"
 OBS_FORMAT_VERSION = 1
 SCHEMA_NAME = OBS_SCHEMA_NAME
 
-#: The column that holds the obs names (DECISIONS.md 2).
-INDEX_COLUMN = "_index"
 
 KINDS = ("category", "numeric", "bool", "string")
 
