@@ -837,22 +837,21 @@ def test_bad_var_names(corruptible, content):
 def test_store_basics(tmp_path, memory_url, local):
     store = Store(str(tmp_path / "root") if local else memory_url)
     assert store.is_local == local
-    assert store.listdir() == set()
+    assert store.list() == []
     assert not store.exists("a.bin")
-    store.makedirs()
     store.write("a.bin", b"12345")
     store.write("sub/b.bin", b"")
     store.write("a.bin", b"123")  # replaced whole
     assert store.read("a.bin") == b"123"
     assert store.size("a.bin") == 3
     assert store.read("sub/b.bin") == b""
-    assert store.listdir() == {"a.bin", "sub"}
-    assert store.listdir("sub") == {"b.bin"}
-    assert store.listdir("nothing-here") == set()
+    assert store.list() == ["a.bin", "sub"]
+    assert store.list("sub") == ["b.bin"]
+    assert store.list("nothing-here") == []
     with pytest.raises(MissingObjectError, match=r"missing\.bin is missing"):
         store.read("missing.bin")
-    store.remove("sub")
-    store.remove("not-there")  # no error
-    assert store.listdir() == {"a.bin"}
+    store.delete("sub")
+    store.delete("not-there")  # no error
+    assert store.list() == ["a.bin"]
     if local:
         assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["a.bin"]  # no temporary files left

@@ -456,7 +456,7 @@ def test_overwrite_rules_on_memory(memory_url):
     _small(memory_url, rows=2, overwrite=True)
     ds = open_dataset(memory_url)
     assert ds.shape == (2, 3)
-    assert Store(memory_url).listdir("tiles") == {"tile_000000.dct"}
+    assert Store(memory_url).list("tiles") == ["tile_000000.dct"]
 
 
 # ---------------------------------------------------------------------------------------------- abort
@@ -490,7 +490,7 @@ def test_exception_in_context_aborts_on_memory(memory_url):
     store = Store(memory_url)
     assert not store.exists("manifest.json")
     assert not store.exists("tiles")
-    assert store.listdir() == set()
+    assert store.list() == []
 
 
 def test_abort_then_write_again(tmp_path):
