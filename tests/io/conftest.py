@@ -154,14 +154,15 @@ def roundtrip(new_path: Callable[[str], Path], cache_dir: Path) -> Callable[...,
     """``roundtrip(adata, *, read=None, **write_options) -> (read_back, path)``.
 
     Writes with :func:`deltacells.write_deltacells` (``progress=False`` unless given) to a fresh directory
-    and reads it back with :func:`deltacells.read_deltacells` (``cache_dir`` of this test, plus ``read``).
+    and reads it back with :func:`deltacells.read_deltacells` (``cache_dir`` of this test, genes in the stored
+    order so that the tests can check it, plus ``read``); ``tests/io/test_gene_order.py`` checks the default.
     """
 
     def run(adata: ad.AnnData, *, read: dict[str, Any] | None = None, **options: Any) -> tuple[ad.AnnData, Path]:
         path = new_path("ds")
         options.setdefault("progress", False)
         deltacells.write_deltacells(adata, path, **options)
-        read_options = {"cache_dir": cache_dir, **(read or {})}
+        read_options = {"cache_dir": cache_dir, "gene_order": "stored", **(read or {})}
         return deltacells.read_deltacells(path, **read_options), path
 
     return run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ from scipy import sparse
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.io import TiledCSRDataset
+
+#: Reading with genes as stored (the tests below check the stored order; test_gene_order.py the default).
+read_stored = partial(deltacells.read_deltacells, gene_order="stored")
 
 N_CELLS, N_GENES, TILE = 600, 80, 64
 
@@ -30,7 +34,7 @@ class Data:
         self.var = self.source.var.iloc[self.order]
 
     def read(self, **options: Any) -> ad.AnnData:
-        return deltacells.read_deltacells(self.path, cache_dir=self.cache, **options)
+        return read_stored(self.path, cache_dir=self.cache, **options)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +138,7 @@ def test_roundtrip_through_h5ad(data, tmp_path, new_path, cache_dir, assert_X_eq
         deltacells.write_deltacells(back, path, tile_size=100, reorder_genes=False, progress=False)
     finally:
         back.file.close()
-    again = deltacells.read_deltacells(path, cache_dir=cache_dir)
+    again = read_stored(path, cache_dir=cache_dir)
     assert_X_equal(again.X, data.M)
     pd.testing.assert_frame_equal(again.obs, lazy.obs)
 

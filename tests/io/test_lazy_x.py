@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ from scipy import sparse
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.io import TiledCSRDataset
+
+#: Reading with genes as stored (the tests below check the stored order; test_gene_order.py the default).
+read_stored = partial(deltacells.read_deltacells, gene_order="stored")
 
 N_CELLS, N_GENES, TILE = 1000, 150, 128  # 8 tiles, the last one of 104 cells
 
@@ -34,7 +38,7 @@ class Data:
         self.var = self.source.var.iloc[self.order]
 
     def read(self, **options: Any) -> ad.AnnData:
-        return deltacells.read_deltacells(self.path, cache_dir=self.cache, **options)
+        return read_stored(self.path, cache_dir=self.cache, **options)
 
 
 @pytest.fixture(scope="module")

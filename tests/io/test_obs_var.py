@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,9 @@ from scipy import sparse
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.storage import Store
+
+#: Reading with genes as stored (the tests below check the stored order; test_gene_order.py the default).
+read_stored = partial(deltacells.read_deltacells, gene_order="stored")
 
 N_CELLS, N_GENES = 500, 40
 
@@ -43,14 +47,14 @@ def _cache_files(cache: Path) -> list[Path]:
 
 
 def test_all_columns_by_default(dataset, source, cache_dir, assert_obs_equal):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir)
+    adata = read_stored(dataset, cache_dir=cache_dir)
     assert_obs_equal(adata.obs, source.obs)
     assert _cache_files(cache_dir)  # localized into the cache given, nowhere else
 
 
 @pytest.mark.parametrize("columns", [["donor"], ["pct_mito", "cell_type"], ["label", "flag", "total_counts"]])
 def test_some_columns(dataset, source, cache_dir, assert_obs_equal, columns):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=columns)
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=columns)
     assert list(adata.obs.columns) == columns
     assert_obs_equal(adata.obs, source.obs[columns])
     cached = {p.name for p in _cache_files(cache_dir)}
@@ -59,19 +63,19 @@ def test_some_columns(dataset, source, cache_dir, assert_obs_equal, columns):
 
 
 def test_no_columns_keeps_names(dataset, source, cache_dir):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[])
     assert list(adata.obs.columns) == []
     assert list(adata.obs_names) == list(source.obs_names)
 
 
 def test_obs_names_false(dataset, source, cache_dir, assert_obs_equal):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_names=False, obs_columns=["donor"])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_names=False, obs_columns=["donor"])
     assert list(adata.obs_names) == [str(i) for i in range(N_CELLS)]
     np.testing.assert_array_equal(adata.obs["donor"].to_numpy(), source.obs["donor"].to_numpy())
 
 
 def test_fast_path_names(dataset, cache_dir, assert_X_equal, source):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
     assert list(adata.obs_names) == [str(i) for i in range(N_CELLS)]
     assert pd.api.types.is_string_dtype(adata.obs_names.dtype)
     assert list(adata.obs.columns) == []
@@ -88,14 +92,14 @@ def test_fast_path_reads_no_obs(dataset, cache_dir, monkeypatch):
         return original(self, name, *args, **kwargs)
 
     monkeypatch.setattr(Store, "read", recording)
-    deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
+    read_stored(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
     assert not [name for name in read if name.startswith("obs")], read
     assert _cache_files(cache_dir) == []
 
 
 def test_unknown_obs_column(dataset, cache_dir):
     with pytest.raises(KeyError, match="nope") as info:
-        deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=["donor", "nope"])
+        read_stored(dataset, cache_dir=cache_dir, obs_columns=["donor", "nope"])
     for available in ("cell_type", "donor", "total_counts", "pct_mito", "flag", "label"):
         assert available in str(info.value)
 
@@ -104,7 +108,7 @@ def test_unknown_obs_column(dataset, cache_dir):
 
 
 def test_read_obs_adds_columns(dataset, source, cache_dir, assert_obs_equal):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[])
     frame = deltacells.read_obs(adata, ["cell_type"])
     assert list(adata.obs.columns) == ["cell_type"]
     assert_obs_equal(adata.obs, source.obs[["cell_type"]])
@@ -119,7 +123,7 @@ def test_read_obs_adds_columns(dataset, source, cache_dir, assert_obs_equal):
 
 
 def test_read_obs_uses_the_cache_dir_of_the_anndata(dataset, cache_dir):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=["donor"])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=["donor"])
     before = {p.name for p in _cache_files(cache_dir)}
     deltacells.read_obs(adata, ["flag"])  # no cache_dir: the one it was read with (else the test fails)
     after = {p.name for p in _cache_files(cache_dir)}
@@ -127,7 +131,7 @@ def test_read_obs_uses_the_cache_dir_of_the_anndata(dataset, cache_dir):
 
 
 def test_read_obs_with_fake_names(dataset, source, cache_dir):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
     deltacells.read_obs(adata, ["total_counts"])
     assert list(adata.obs_names) == [str(i) for i in range(N_CELLS)]
     np.testing.assert_array_equal(adata.obs["total_counts"].to_numpy(), source.obs["total_counts"].to_numpy())
@@ -135,7 +139,7 @@ def test_read_obs_with_fake_names(dataset, source, cache_dir):
 
 @pytest.mark.filterwarnings("ignore::anndata.ImplicitModificationWarning")
 def test_read_obs_of_view(dataset, source, cache_dir, assert_obs_equal):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[])
     rows = np.array([400, 3, 250])
     frame = deltacells.read_obs(adata[rows], ["donor"])
     assert_obs_equal(frame, source.obs.iloc[rows][["donor"]])
@@ -158,11 +162,11 @@ def test_dataset_without_obs(tmp_path, cache_dir, make_counts):
     X = make_counts(50, 5)
     with DatasetWriter(tmp_path / "bare", 5, tile_size=16) as writer:
         writer.write(X)
-    adata = deltacells.read_deltacells(tmp_path / "bare", cache_dir=cache_dir)
+    adata = read_stored(tmp_path / "bare", cache_dir=cache_dir)
     assert list(adata.obs_names) == [str(i) for i in range(50)]
     assert list(adata.var_names) == [str(i) for i in range(5)]
     with pytest.raises(KeyError, match="no obs"):
-        deltacells.read_deltacells(tmp_path / "bare", cache_dir=cache_dir, obs_columns=["x"])
+        read_stored(tmp_path / "bare", cache_dir=cache_dir, obs_columns=["x"])
     assert _cache_files(cache_dir) == []
 
 
@@ -182,7 +186,7 @@ def _set_manifest(path: Path, **fields: Any) -> None:
 
 
 def test_var_table(dataset, source, cache_dir):
-    adata = deltacells.read_deltacells(dataset, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[])
     order = adata.uns["deltacells"]["gene_order"]
     pd.testing.assert_frame_equal(adata.var, source.var.iloc[order], check_index_type=False)
     assert list(adata.var_names) == (dataset / "var_names.txt").read_text().splitlines()
@@ -195,7 +199,7 @@ def test_var_table_index_kept(tmp_path, cache_dir, make_counts):
     )
     src = ad.AnnData(X=make_counts(20, 3, density=0.5), var=var)
     deltacells.write_deltacells(src, tmp_path / "d", reorder_genes=False, progress=False)
-    adata = deltacells.read_deltacells(tmp_path / "d", cache_dir=cache_dir)
+    adata = read_stored(tmp_path / "d", cache_dir=cache_dir)
     assert adata.var.index.name == "gene_id"
     pd.testing.assert_frame_equal(adata.var, var, check_index_type=False)
 
@@ -204,7 +208,7 @@ def test_var_from_names_only(dataset, tmp_path, cache_dir, source):
     path = _copy(dataset, tmp_path)
     (path / "var.parquet").unlink()
     _set_manifest(path, has_var_table=False)
-    adata = deltacells.read_deltacells(path, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(path, cache_dir=cache_dir, obs_columns=[])
     order = adata.uns["deltacells"]["gene_order"]
     assert list(adata.var_names) == list(source.var_names[order])
     assert list(adata.var.columns) == []
@@ -215,7 +219,7 @@ def test_var_from_nothing(dataset, tmp_path, cache_dir):
     (path / "var.parquet").unlink()
     (path / "var_names.txt").unlink()
     _set_manifest(path, has_var_table=False, has_var_names=False)
-    adata = deltacells.read_deltacells(path, cache_dir=cache_dir, obs_columns=[])
+    adata = read_stored(path, cache_dir=cache_dir, obs_columns=[])
     assert list(adata.var_names) == [str(i) for i in range(N_GENES)]
     assert adata.shape == (N_CELLS, N_GENES)
 
@@ -224,7 +228,7 @@ def test_var_file_missing_but_promised(dataset, tmp_path, cache_dir):
     path = _copy(dataset, tmp_path)
     (path / "var.parquet").unlink()
     with pytest.raises(deltacells.FormatError, match="has_var_table"):
-        deltacells.read_deltacells(path, cache_dir=cache_dir)
+        read_stored(path, cache_dir=cache_dir)
 
 
 # ---------------------------------------------------------------------- conformance datasets
@@ -239,7 +243,7 @@ def conformance(request: pytest.FixtureRequest) -> Path:
 
 
 def test_conformance_complete(conformance, cache_dir, assert_X_equal):
-    adata = deltacells.read_deltacells(conformance / "complete", cache_dir=cache_dir)
+    adata = read_stored(conformance / "complete", cache_dir=cache_dir)
     with np.load(conformance / "complete.expected.npz") as npz:
         shape = tuple(npz["shape"])
         X = sparse.csr_matrix((npz["X_data"], npz["X_indices"], npz["X_indptr"]), shape=shape)
@@ -261,9 +265,9 @@ def test_conformance_complete(conformance, cache_dir, assert_X_equal):
 
 def test_conformance_obs_shard_tampered(conformance, cache_dir, tmp_path):
     with pytest.raises(deltacells.FormatError, match="obs_0000.parquet"):
-        deltacells.read_deltacells(conformance / "obs_shard_tampered", cache_dir=cache_dir)
+        read_stored(conformance / "obs_shard_tampered", cache_dir=cache_dir)
     # Without obs it opens, and X is fine; the obs fail as soon as they are read.
-    adata = deltacells.read_deltacells(
+    adata = read_stored(
         conformance / "obs_shard_tampered", cache_dir=tmp_path / "other", obs_columns=[], obs_names=False
     )
     assert adata.X[:5].shape == (5, adata.n_vars)

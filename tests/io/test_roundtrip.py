@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import DeltaCellsWarning
 from deltacells.io import TiledCSRDataset
+
+#: Reading with genes as stored (the tests below check the stored order; test_gene_order.py the default).
+read_stored = partial(deltacells.read_deltacells, gene_order="stored")
 
 
 def _check_full(
@@ -42,6 +46,16 @@ def _check_full(
     restored = deltacells.restore_gene_order(got)
     assert_X_equal(restored.X, src, sorted_indices=False)
     pd.testing.assert_frame_equal(restored.var, source_var, check_index_type=False)
+    assert_obs_equal(restored.obs, source_obs)  # categories (unused ones too), their order and `ordered` kept
+    # The default read gives back what was written, with no extra call (DECISIONS.md 13).
+    default = deltacells.read_deltacells(path, cache_dir=Path(got.uns["deltacells"]["cache_dir"]))
+    assert default.uns["deltacells"]["columns"] == "original"
+    assert_X_equal(default.X, src, sorted_indices=False)
+    assert_obs_equal(default.obs, source_obs)
+    pd.testing.assert_frame_equal(default.var, source_var, check_index_type=False)
+    assert deltacells.restore_gene_order(default) is default
+    cells = np.random.default_rng(1).permutation(src.shape[0])[: max(1, src.shape[0] // 3)]
+    assert_X_equal(default[cells].X, src[cells], sorted_indices=False)
     manifest = deltacells.open_dataset(path).manifest
     assert manifest.n_cells == src.shape[0] and manifest.n_genes == src.shape[1]
     assert manifest.nnz == canonical_nnz(src)
@@ -102,8 +116,7 @@ def test_keep_gene_order(roundtrip, small_adata, assert_X_equal, assert_obs_equa
     assert_obs_equal(got.obs, small_adata.obs)
     pd.testing.assert_frame_equal(got.var, small_adata.var, check_index_type=False)
     assert (path / "var_names.txt").read_text().splitlines() == list(small_adata.var_names)
-    with pytest.raises(ValueError, match="original gene order"):
-        deltacells.restore_gene_order(got)
+    assert deltacells.restore_gene_order(got) is got  # nothing to restore: not an error
 
 
 def test_restore_gene_order_of_cell_subset(roundtrip, small_adata, assert_X_equal):
@@ -356,7 +369,7 @@ def _raw_of_view(tmp: Path) -> Case:
 def _deltacells_backed(tmp: Path) -> Case:
     base = _base()
     deltacells.write_deltacells(base, tmp / "first", tile_size=128, progress=False)
-    lazy = deltacells.read_deltacells(tmp / "first", cache_dir=tmp / "cache0")
+    lazy = read_stored(tmp / "first", cache_dir=tmp / "cache0")
     order = lazy.uns["deltacells"]["gene_order"]
     # The source is the dataset itself (already in its own gene order); its uns entry is not reported.
     return Case(lazy, base.X[:, order], base.obs, base.var.iloc[order], {"tile_size": 50})
@@ -365,7 +378,7 @@ def _deltacells_backed(tmp: Path) -> Case:
 def _deltacells_backed_view(tmp: Path) -> Case:
     base = _base()
     deltacells.write_deltacells(base, tmp / "first", tile_size=128, progress=False, reorder_genes=False)
-    lazy = deltacells.read_deltacells(tmp / "first", cache_dir=tmp / "cache0")
+    lazy = read_stored(tmp / "first", cache_dir=tmp / "cache0")
     rows = np.flatnonzero(base.obs["cell_type"].isin(["type_A", "type_C"]))
     view = lazy[rows]
     return Case(view, base.X[rows], pd.DataFrame(view.obs), base.var, {"tile_size": 37})
@@ -443,7 +456,7 @@ def test_fsspec_url(small_adata, cache_dir, assert_X_equal, assert_obs_equal):
     url = f"memory://{root}/ds"
     try:
         deltacells.write_deltacells(small_adata, url, tile_size=64, progress=False)
-        got = deltacells.read_deltacells(url, cache_dir=cache_dir)
+        got = read_stored(url, cache_dir=cache_dir)
         assert got.uns["deltacells"]["url"].startswith("memory://")
         order = got.uns["deltacells"]["gene_order"]
         assert_X_equal(got[10:100].X, small_adata.X[10:100][:, order])
@@ -557,7 +570,7 @@ def test_counts_above_2_24(roundtrip, new_path, cache_dir, assert_X_equal, make_
     assert first.dtype == np.float32
     assert first[10, 4] == np.float32(2**24 + 1)  # rounded, as float32 must
     for dtype in ("int64", "float64", "int32"):
-        exact = deltacells.read_deltacells(path, cache_dir=cache_dir, dtype=dtype)
+        exact = read_stored(path, cache_dir=cache_dir, dtype=dtype)
         assert_X_equal(exact.X, X, dtype=dtype)  # no warning: warnings are errors here
         assert exact.X[90, 19] == 2**31 - 1
 

@@ -10,7 +10,7 @@ from scipy import sparse
 
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
-from deltacells.errors import warn
+from deltacells.errors import InvalidValueError, warn
 from deltacells.format import Manifest
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES, TileCache, TileReader
 
@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
     from deltacells.storage import BaseStore
 
-__all__ = ["Dataset"]
+__all__ = ["SORT_MAPPED_ROWS", "Dataset"]
+
+#: Whether rows read in the source's gene order have their columns sorted (scipy's canonical CSR) or are
+#: returned as mapped, marked ``has_sorted_indices = False`` (which scipy and scanpy accept).
+SORT_MAPPED_ROWS = False
 
 
 class Dataset:
@@ -46,9 +50,43 @@ class Dataset:
         self._limits = manifest.limits
         self._starts = manifest.starts
         self._warned_precision = False
+        self._columns: np.ndarray | None = None  # stored column j -> output column, in the source's order
+        self.gene_order_mode = "stored"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.store, self.manifest.to_dict(), self.cache.max_bytes, self.threads))
+        return (
+            _rebuild,
+            (self.store, self.manifest.to_dict(), self.cache.max_bytes, self.threads, self.gene_order_mode),
+        )
+
+    def with_gene_order(self, gene_order: str) -> Dataset:
+        """The same dataset with its columns in the source's order (``"original"``) or as stored (``"stored"``).
+
+        The writer sorts genes by decreasing total counts (``gene_order.npy``). With ``"original"``, every
+        read maps the stored column numbers back through it while copying rows (one gather per nonzero),
+        so that column ``j`` is column ``j`` of the matrix that was written. Datasets written without
+        reordering are the same either way. The result shares this dataset's tile cache.
+
+        Raises
+        ------
+        InvalidValueError
+            For a ``gene_order`` other than ``"original"`` and ``"stored"``.
+        FormatError
+            If ``gene_order.npy`` is malformed.
+        """
+        if gene_order not in ("original", "stored"):
+            msg = f"gene_order must be 'original' or 'stored', got {gene_order!r}"
+            raise InvalidValueError(msg)
+        if gene_order == self.gene_order_mode:
+            return self
+        other = object.__new__(Dataset)
+        other.__dict__.update(self.__dict__)
+        other.gene_order_mode = gene_order
+        other._columns = None
+        if gene_order == "original":
+            order = self.gene_order()
+            other._columns = None if order is None else np.ascontiguousarray(order, dtype=np.int32)
+        return other
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -166,11 +204,15 @@ class Dataset:
 
     def _csr(self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray) -> sparse.csr_matrix:
         index_dtype = out_indices.dtype
-        return sparse.csr_matrix(
+        matrix = sparse.csr_matrix(
             (out_data, out_indices, out_indptr.astype(index_dtype, copy=False)),
             shape=(out_indptr.shape[0] - 1, self.n_genes),
             copy=False,
         )
+        sorted_rows = self._columns is None or SORT_MAPPED_ROWS
+        matrix.has_sorted_indices = sorted_rows  # set, not computed: a scan of every row
+        matrix.has_canonical_format = sorted_rows
+        return matrix
 
     def _gather_direct(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
         """Few tiles: decode them all, then copy the rows straight into the output."""
@@ -186,7 +228,9 @@ class Dataset:
         out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
         for k, tile in enumerate(tiles):
             slots = order[bounds[k] : bounds[k + 1]]
-            _gather()(tile.indptr, tile.indices, tile.data, local[slots], out_indptr, slots, out_indices, out_data)
+            self._copy_rows(
+                tile.indptr, tile.indices, tile.data, local[slots], out_indptr, slots, out_indices, out_data
+            )
         return self._csr(out_data, out_indices, out_indptr)
 
     def _gather_ascending(self, needed, order, bounds, local, n_out, dtype, capacity) -> sparse.csr_matrix:
@@ -200,7 +244,7 @@ class Dataset:
             first = int(slots[0])
             np.cumsum(tile.indptr[loc + 1] - tile.indptr[loc], out=out_indptr[first + 1 : first + 1 + slots.shape[0]])
             out_indptr[first + 1 : first + 1 + slots.shape[0]] += out_indptr[first]
-            _gather()(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
+            self._copy_rows(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
         nnz = int(out_indptr[-1])
         out_indices.resize(nnz, refcheck=False)
         out_data.resize(nnz, refcheck=False)
@@ -219,8 +263,17 @@ class Dataset:
         out_indptr = _indptr_from_lengths(lengths)
         out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
         for slots, loc, src_indptr, src_indices, src_data in parts:
-            _gather()(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
+            self._copy_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
+
+    def _copy_rows(self, *arrays: np.ndarray) -> None:
+        """Copy rows into the output (the gather kernels), mapping the columns to the source's order if asked."""
+        if self._columns is None:
+            _gather()(*arrays)
+        else:
+            from deltacells.dataset._gather import gather_rows_mapped
+
+            gather_rows_mapped(*arrays, self._columns, SORT_MAPPED_ROWS)
 
     def _check_precision(self, tile: DecodedTile, dtype: np.dtype) -> None:
         """Warn once per dataset when float32 (or narrower) values cannot hold the counts exactly."""
@@ -305,5 +358,8 @@ def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[
     return positions, indptr, indices, data
 
 
-def _rebuild(store: BaseStore, manifest: dict[str, Any], tile_cache_bytes: int, threads: int | None) -> Dataset:
-    return Dataset(store, Manifest.from_dict(manifest), tile_cache_bytes=tile_cache_bytes, threads=threads)
+def _rebuild(
+    store: BaseStore, manifest: dict[str, Any], tile_cache_bytes: int, threads: int | None, gene_order: str = "stored"
+) -> Dataset:
+    dataset = Dataset(store, Manifest.from_dict(manifest), tile_cache_bytes=tile_cache_bytes, threads=threads)
+    return dataset.with_gene_order(gene_order)

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    import anndata as ad
+    pass
 
-__all__ = ["same_frame", "same_matrix", "source_in_stored_order"]
+__all__ = ["same_frame", "same_matrix"]
 
 
 def same_matrix(a: Any, b: Any) -> bool:
@@ -36,9 +36,3 @@ def _same_column(x: pd.Series, y: pd.Series) -> bool:
             and np.array_equal(x.cat.codes, y.cat.codes)
         )
     return np.array_equal(x.to_numpy(), y.to_numpy(), equal_nan=x.dtype.kind == "f")
-
-
-def source_in_stored_order(source: ad.AnnData, back: ad.AnnData) -> Any:
-    """The source's X (CSR) with its genes in the order the dataset read back stores them."""
-    order = np.asarray(back.uns["deltacells"]["gene_order"])
-    return source.X[:, order].tocsr()

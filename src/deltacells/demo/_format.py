@@ -76,7 +76,7 @@ def _opened(o: Opened) -> str:
 def _warm_up(w: WarmUp) -> str:
     return (
         f"warm-up     the first read in a process loads the compiled decoding kernels: {_ms(w.seconds)} "
-        "(done once here so that the timings below are honest)"
+        "(done once here, so that the timings below leave it out)"
     )
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._compare import same_frame, same_matrix
 from deltacells.demo._report import FullRead, Opened, SubsetRead, WarmUp
-from deltacells.io import read_deltacells, restore_gene_order
+from deltacells.io import read_deltacells
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,7 +56,7 @@ def read_all(back: ad.AnnData, source: ad.AnnData, expected_x: Any) -> FullRead:
     source
         The AnnData that was written.
     expected_x
-        The source's X with its genes in the stored order.
+        The source's X (genes in its own order, as they are read back).
     """
     lazy = back.X.dataset
     before = lazy.tiles_decoded
@@ -72,7 +72,7 @@ def read_all(back: ad.AnnData, source: ad.AnnData, expected_x: Any) -> FullRead:
         seconds_again=again.seconds,
         same_x=same_matrix(full, expected_x),
         same_obs=same_frame(back.obs, source.obs),
-        same_var=same_frame(restore_gene_order(back).var, source.var),
+        same_var=same_frame(back.var, source.var),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,7 @@ def read_deltacells(
     storage_options: dict[str, Any] | None = None,
     tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
     threads: int | None = None,
+    gene_order: Literal["original", "stored"] = "original",
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -71,6 +72,13 @@ def read_deltacells(
         Bound on the decoded tiles kept in memory.
     threads
         Threads decoding tiles (default: the usable CPUs).
+    gene_order
+        ``"original"`` (default): genes in the order of the AnnData that was written (DECISIONS.md 13); the
+        stored column numbers are mapped back through ``gene_order.npy`` while rows are copied, and var
+        follows, so a round trip gives back the AnnData that was written. Rows then come with their column
+        indices unsorted (``X.has_sorted_indices`` is false, which scipy and scanpy accept; ``X.sort_indices()``
+        sorts them). ``"stored"``: genes as stored, by decreasing total counts (rows sorted, the last bit of
+        speed).
 
     Returns
     -------
@@ -90,10 +98,11 @@ def read_deltacells(
     register_anndata_io()
     import anndata as ad
 
-    dataset = open_dataset(path, storage_options=storage_options, tile_cache_bytes=tile_cache_bytes, threads=threads)
+    stored = open_dataset(path, storage_options=storage_options, tile_cache_bytes=tile_cache_bytes, threads=threads)
+    dataset = stored.with_gene_order(gene_order)
     X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
     obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
-    var = read_var(dataset)
+    var = _in_column_order(read_var(dataset), dataset)
     adata = ad.AnnData(X=X, obs=obs, var=var)
     adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)
     return adata
@@ -163,25 +172,37 @@ def read_var(dataset: Dataset) -> pd.DataFrame:
 
 
 def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
-    """The genes of a dataset read with :func:`read_deltacells`, back in their original order.
+    """The genes of an AnnData read with ``gene_order="stored"``, back in the order they were written.
 
-    The writer sorts genes by decreasing total counts (and records the order); this
-    returns ``adata[:, order]``, a view whose columns are in the source's order.
+    :func:`read_deltacells` gives genes in their original order by default, and then there is nothing to
+    restore: the AnnData is returned as it is. So it is for a dataset written without reordering. Otherwise
+    the result is a new lazy AnnData (sharing the dataset and its cache) whose X maps the columns back while
+    it reads, with var reordered and obs as it was (categories, their order and ``ordered`` untouched); an
+    AnnData whose X is in memory is reordered in memory.
 
     Raises
     ------
-    ValueError
-        If the dataset was written without reordering (it is already in its original order).
+    InvalidValueError
+        If ``uns['deltacells']['gene_order']`` does not match the AnnData's genes (it was subset by genes).
     """
+    import anndata as ad
+
     entry = adata.uns.get(UNS_KEY, {})
-    if "gene_order" not in entry:
-        msg = "this dataset has no gene_order.npy: it was written in its original gene order"
-        raise InvalidValueError(msg)
+    if "gene_order" not in entry or entry.get("columns") == "original":
+        return adata  # nothing to restore
     gene_order = np.asarray(entry["gene_order"])
     if gene_order.shape != (adata.n_vars,):
         msg = "uns['deltacells']['gene_order'] does not match the genes of this AnnData (was it subset by genes?)"
         raise InvalidValueError(msg)
-    return adata[:, np.argsort(gene_order)]
+    columns = np.argsort(gene_order)
+    uns = {**adata.uns, UNS_KEY: {**entry, "columns": "original"}}
+    if isinstance(adata.X, TiledCSRDataset) and not adata.is_view:
+        X = TiledCSRDataset(adata.X.dataset.with_gene_order("original"), adata.X.dtype)
+        return ad.AnnData(X=X, obs=adata.obs.copy(), var=adata.var.iloc[columns].copy(), uns=uns)
+    restored = adata[:, columns].copy()  # in memory (or a view): reorder what is there
+    restored.obs = adata.obs.copy()  # a view drops unused categories; keep them as written
+    restored.uns[UNS_KEY] = uns[UNS_KEY]
+    return restored
 
 
 # ---------------------------------------------------------------------- internals
@@ -257,7 +278,14 @@ def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[st
     gene_order = dataset.gene_order()
     if gene_order is not None:
         entry["gene_order"] = gene_order
+    entry["columns"] = dataset.gene_order_mode  # "original" or "stored": what X's and var's columns follow
     return entry
+
+
+def _in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
+    """``var`` (stored order) in the order of the dataset's columns."""
+    order = dataset.gene_order() if dataset.gene_order_mode == "original" else None
+    return var if order is None else var.iloc[np.argsort(order)]
 
 
 def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:

@@ -101,6 +101,11 @@ def write_deltacells(
     store = open_store(path, storage_options)
     check_output(store, overwrite=overwrite)
     _warn_dropped(adata, layer=layer, raw=raw)
+    if not var.index.is_unique:
+        warn(
+            "var_names are not unique; they are written as they are (read_deltacells gives them back in the "
+            "same order). Call adata.var_names_make_unique() first for unique names."
+        )
 
     n_cells, n_genes = source.n_rows, source.n_cols
     block_rows = max(tile_size, 4096)
