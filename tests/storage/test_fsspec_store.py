@@ -332,3 +332,15 @@ def test_store_file_asks_the_size_only_when_not_given(tmp_path: Path) -> None:
     assert StoreFile(store, "a").size == 3
     assert StoreFile(store, "a", size=3).read() == b"abc"
     assert calls == ["a"]
+
+
+def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset opened by a relative path still reads after a pickle to another working directory."""
+    monkeypatch.chdir(tmp_path)
+    store = Store("rel/ds")
+    assert store.url == str(tmp_path / "rel" / "ds")
+    store.write("a.bin", b"abc")
+    clone = pickle.loads(pickle.dumps(store))
+    monkeypatch.chdir("/")
+    assert clone.read("a.bin") == b"abc"
+    assert Store("memory://x/y").url == "memory://x/y"

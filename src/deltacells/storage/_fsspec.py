@@ -41,7 +41,10 @@ class FsspecStore(BaseStore):
     """
 
     def __init__(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
-        self.url = os.fspath(url)
+        url = os.fspath(url)
+        # A local path is made absolute now: the store must name the same place after a pickle to a process
+        # in another working directory, and in what is recorded of it (uns, exported h5ad files).
+        self.url = url if "://" in url or "::" in url else os.path.abspath(os.path.expanduser(url))
         self.storage_options = dict(storage_options or {})
         self._fs: fsspec.AbstractFileSystem | None = None
         self._root: str | None = None
