@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import nox
 
 PROJECT = nox.project.load_toml()
@@ -9,6 +13,46 @@ PYTHONS = ["3.11", "3.13"]  # the oldest and newest Pythons we support (anndata 
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests"]
+# The sessions run on the interpreters of this machine, or fail: a missing Python is an error (not a
+# skipped session and a zero exit status), and neither nox nor uv downloads one.
+nox.options.error_on_missing_interpreters = True
+nox.options.download_python = "never"  # nox >= 2025.02; older ones ignore it (uv's variables below suffice)
+
+#: uv's settings for the sessions' environments: system interpreters only, never a download. They apply to
+#: the uv that nox runs (it inherits this process's environment) unless already set in the environment.
+UV_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON_PREFERENCE": "only-system"}
+for _name, _value in UV_ENV.items():
+    os.environ.setdefault(_name, _value)
+
+
+def pyenv_bin_dir(version: str) -> Path | None:
+    """The ``bin`` directory of the newest pyenv install of ``version`` ("3.13": 3.13.x), or None."""
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = []
+    for candidate in root.glob(f"{version}.*"):
+        patch = candidate.name.removeprefix(f"{version}.")
+        if patch.isdigit() and (candidate / "bin" / "python").exists():
+            found.append((int(patch), candidate / "bin"))
+    return max(found)[1] if found else None
+
+
+def find_pythons(versions: list[str]) -> None:
+    """Put pyenv's ``pythonX.Y`` on PATH for the versions that are not on it, or only as pyenv shims.
+
+    A pyenv shim runs only the versions that PYENV_VERSION (or a ``.python-version``) selects; nox would
+    find no interpreter behind it, while pyenv has one under ``$PYENV_ROOT/versions/X.Y.Z/bin``.
+    """
+    shims = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "shims"
+    for version in versions:
+        found = shutil.which(f"python{version}")
+        if found is not None and Path(found).parent != shims:
+            continue
+        bin_dir = pyenv_bin_dir(version)
+        if bin_dir is not None:
+            os.environ["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+
+
+find_pythons(PYTHONS)
 
 
 @nox.session(python=PYTHONS)
@@ -35,10 +79,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS[0], default=False)
 def bench(session: nox.Session) -> None:
-    """Run the benchmark scripts (timings are printed, never asserted)."""
+    """Run the benchmark scripts (timings are printed, never asserted); ``-- --quick`` for a small run."""
     session.install("-e.")
-    session.run("python", "benchmarks/bench_decode.py", *session.posargs)
-    session.run("python", "benchmarks/bench_import.py", *(["--quick"] if "--quick" in session.posargs else []))
+    quick = ["--quick"] if "--quick" in session.posargs else []
+    others = [arg for arg in session.posargs if arg != "--quick"]
+    session.run("python", "benchmarks/bench_decode.py", *(["--cells", "2000", "--genes", "500"] if quick else others))
+    session.run("python", "benchmarks/bench_import.py", *quick)
+    session.run("python", "benchmarks/bench_gene_order.py", *quick)
 
 
 @nox.session(python=PYTHONS[0], default=False)

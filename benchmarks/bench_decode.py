@@ -22,6 +22,8 @@ from scipy import sparse
 import deltacells as dc
 from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, VALS_LEN, VALS_OFF, TileHeader, read_chunk_table
 from deltacells.datasets import synthetic_counts
+from deltacells.format import tile_path
+from deltacells.tiles import DEFAULT_TILE_SIZE
 
 
 def best_of(fn, repeat: int = 5) -> float:
@@ -50,7 +52,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=100_000)
     parser.add_argument("--genes", type=int, default=10_000)
     parser.add_argument("--visium", type=Path, default=None, help="a 10x mtx directory")
-    parser.add_argument("--tile-size", type=int, default=dc.dataset.DEFAULT_TILE_SIZE)
+    parser.add_argument("--tile-size", type=int, default=DEFAULT_TILE_SIZE)
     args = parser.parse_args()
 
     label, X = load(args)
@@ -74,7 +76,7 @@ def main() -> None:
             f"written at {X.shape[0] / t_write:,.0f} cells/s"
         )
 
-        blobs = [(root / "ds" / dc.dataset.tile_path(i)).read_bytes() for i in range(ds.n_tiles)]
+        blobs = [(root / "ds" / tile_path(i)).read_bytes() for i in range(ds.n_tiles)]
         frames = []
         for blob in blobs:
             header = TileHeader.unpack(blob)

@@ -359,8 +359,61 @@ def test_convert_non_integer_counts(source, tmp_path):
     path = tmp_path / "bad.h5ad"
     adata.write_h5ad(path)
     out = tmp_path / "out"
-    assert_one_line_error(run("convert", "-q", path, out), "is not a whole number", "--layer counts or --raw")
+    assert_one_line_error(run("convert", "-q", path, out), "is not a whole number", "no layers and no raw")
     assert not (out / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "suggested", "not_suggested"),
+    [
+        pytest.param(None, "the input has no layers and no raw", ["--layer", "--raw"], id="neither"),
+        pytest.param("layer", "(e.g. --layer counts)", ["--raw"], id="counts-layer"),
+        pytest.param("raw", "(e.g. --raw)", ["--layer"], id="raw"),
+    ],
+)
+def test_convert_not_counts_suggests_what_the_input_has(source, tmp_path, where, suggested, not_suggested):
+    """X holds non-integer floats: the message suggests only the layers (by name) and the raw the input has."""
+    adata = source.copy()
+    counts = adata.X.copy()
+    adata.X = adata.X.astype(np.float32)
+    adata.X.data[:] = np.log1p(adata.X.data)
+    if where == "layer":
+        adata.layers["counts"] = counts
+    elif where == "raw":
+        adata.raw = ad.AnnData(X=counts, var=adata.var)
+    path = tmp_path / "normalized.h5ad"
+    adata.write_h5ad(path)
+    result = run("convert", "-q", path, tmp_path / "out")
+    assert_one_line_error(result, "is not a whole number", suggested)
+    error = result.stderr.strip().splitlines()[-1]
+    for option in not_suggested:
+        assert option not in error
+    assert "write_deltacells" not in error
+    assert "=" not in error  # no Python argument (layer=, raw=True) in the command line's message
+
+
+def test_convert_raw_without_raw(source, tmp_path):
+    """--raw on an input without raw: one line naming the input, not a traceback."""
+    plain = tmp_path / "plain.h5ad"
+    source.write_h5ad(plain)
+    assert_one_line_error(run("convert", "-q", "--raw", plain, tmp_path / "out"), "plain.h5ad", "has no raw")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    adata = source.copy()
+    adata.layers["spliced"] = adata.X.copy()
+    layered = tmp_path / "layered.h5ad"
+    adata.write_h5ad(layered)
+    assert_one_line_error(run("convert", "-q", "--raw", layered, tmp_path / "out"), "has no raw", "spliced")
+
+
+def test_convert_not_counts_with_layer_suggests_x(normalized_h5ad, tmp_path):
+    """The layer picked holds no counts: X and raw are suggested, not the same layer again."""
+    adata = ad.read_h5ad(normalized_h5ad)
+    adata.layers["lognorm"] = adata.X.copy()
+    path = tmp_path / "two_layers.h5ad"
+    adata.write_h5ad(path)
+    result = run("convert", "-q", "--layer", "lognorm", path, tmp_path / "out")
+    assert_one_line_error(result, "is not a whole number", "--layer counts, --raw or X, without --layer or --raw")
+    assert "--layer lognorm" not in result.stderr
 
 
 # ---------------------------------------------------------------------- info
@@ -429,6 +482,23 @@ def test_info_errors(tmp_path):
     assert_one_line_error(run("info", tmp_path / "nope"), "no such file")
     (tmp_path / "empty").mkdir()
     assert_one_line_error(run("info", tmp_path / "empty"), "manifest.json")
+
+
+def test_info_on_a_file_suggests_convert(h5ad, tmp_path):
+    """An h5ad (or any file) is not a dataset: the message says so and names deltacells convert."""
+    result = run("info", h5ad)
+    assert_one_line_error(result, "counts.h5ad", "an h5ad file", "not a deltacells dataset", "deltacells convert")
+    assert "Errno" not in result.stderr
+    assert_one_line_error(run("info", "--json", h5ad), "not a deltacells dataset", "deltacells convert")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert_one_line_error(run("info", text), "is a file, not a deltacells dataset", "deltacells convert")
+
+
+def test_info_on_a_zarr_store_suggests_convert(source, tmp_path):
+    path = tmp_path / "counts.zarr"
+    source.write_zarr(path)
+    assert_one_line_error(run("info", path), "a zarr store, not a deltacells dataset", "deltacells convert")
 
 
 @needs_conformance

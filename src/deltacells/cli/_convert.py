@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,9 +113,17 @@ def convert(
     columns = _parse_obs_columns(obs_columns, no_obs=no_obs)
     options = parse_storage_options(storage_options)
     t0 = time.perf_counter()
+    counts_hint: str | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="deltacells-convert-") as tmp, read_input(source, fmt, tmp) as adata:
             t_open = time.perf_counter() - t0
+            # anndata 0.13 lists X among the layers, as None.
+            layer_names = [str(k) for k in adata.layers if k is not None]
+            has_raw = adata.raw is not None
+            if raw and not has_raw:
+                msg = f"{source}: --raw, but the input has no raw (no raw.X){_layers_clause(layer_names)}"
+                raise CLIError(msg)
+            counts_hint = _counts_hint(layer_names, has_raw=has_raw, layer=layer, raw=raw)
             gene_names = [str(name) for name in (adata.raw.var_names if raw else adata.var_names)]
             write_deltacells(
                 adata,
@@ -134,10 +143,12 @@ def convert(
                 progress=not quiet,
                 storage_options=options,
             )
+    except CLIError:
+        raise
     except Exception as exc:
         if not is_user_error(exc):
             raise
-        raise CLIError(_in_cli_terms(error_message(exc))) from exc
+        raise CLIError(_in_cli_terms(error_message(exc), counts_hint)) from exc
     elapsed = time.perf_counter() - t0
     from deltacells.dataset import open_dataset
 
@@ -172,17 +183,62 @@ def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
 #: How write_deltacells' messages name its arguments, and the options that set them.
 _CLI_TERMS = (
     ("pass overwrite=True", "pass --overwrite"),
-    ("layer='counts' or raw=True", "--layer counts or --raw"),
     ("pass either layer= or raw=True", "pass either --layer or --raw"),
     ("raw=True but", "--raw but"),
     ("obs_columns [", "--obs-columns ["),
 )
 
+#: The part of the not-counts messages (deltacells.tiles.to_count_csr) that tells Python users where the raw
+#: counts may be; the command line replaces it with the options that this input allows.
+_COUNTS_HINT = re.compile(r"pass the raw counts instead \(with write_deltacells:[^)]*\)")
 
-def _in_cli_terms(message: str) -> str:
+
+def _in_cli_terms(message: str, counts_hint: str | None = None) -> str:
+    """``message`` of write_deltacells with its arguments named as the options that set them.
+
+    Parameters
+    ----------
+    message
+        The error message.
+    counts_hint
+        What to suggest instead of the library's hint about raw counts (see :func:`_counts_hint`); ``None``
+        keeps the library's.
+    """
+    if counts_hint is not None:
+        message = _COUNTS_HINT.sub(lambda _: f"pass the raw counts instead ({counts_hint})", message)
     for api, option in _CLI_TERMS:
         message = message.replace(api, option)
     return message
+
+
+def _counts_hint(layer_names: list[str], *, has_raw: bool, layer: str | None, raw: bool) -> str:
+    """Where else the raw counts may be, as options: the input's other layers (by name), its raw, its X.
+
+    Parameters
+    ----------
+    layer_names
+        The input's layers.
+    has_raw
+        Whether the input has a raw.
+    layer, raw
+        The matrix being converted (``--layer`` / ``--raw``); it is not suggested again.
+    """
+    options = [f"--layer {name}" for name in layer_names if name != layer]
+    if has_raw and not raw:
+        options.append("--raw")
+    if layer is not None or raw:
+        options.append("X, without --layer or --raw")
+    if not options:
+        return "the input has no layers and no raw; convert the file that holds its raw counts"
+    if len(options) == 1:
+        return f"e.g. {options[0]}"
+    return f"e.g. {', '.join(options[:-1])} or {options[-1]}"
+
+
+def _layers_clause(layer_names: list[str]) -> str:
+    if not layer_names:
+        return " and no layers"
+    return f"; its layers: {', '.join(layer_names)} (--layer NAME)"
 
 
 def _parse_obs_columns(values: tuple[str, ...], *, no_obs: bool) -> list[str] | None:

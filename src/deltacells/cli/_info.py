@@ -13,7 +13,7 @@ import click
 from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._options import parse_storage_options, storage_option
-from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
+from deltacells.format import INDEX_COLUMN, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -147,9 +147,56 @@ def info(path: str, as_json: bool, storage_options: str | None) -> None:
 
 
 def _require_local_exists(path: str) -> None:
-    if "://" not in path and not Path(path).exists():
+    """A local ``path`` must be a directory; a file or an AnnData store is pointed to ``deltacells convert``.
+
+    Raises
+    ------
+    CLIError
+        If ``path`` is local and missing, a file, or a directory of another format (zarr, 10x mtx).
+    """
+    if "://" in path:
+        return
+    local = Path(path)
+    if not local.exists():
         msg = f"{path}: no such file or directory"
         raise CLIError(msg)
+    if local.is_dir() and (local / MANIFEST_NAME).exists():
+        return
+    fmt = _input_format(local)
+    if fmt is not None:
+        msg = (
+            f"{path} is {_INPUT_KINDS[fmt]}, not a deltacells dataset (a directory with a {MANIFEST_NAME}); "
+            f"convert it with: deltacells convert {path} OUT"
+        )
+        raise CLIError(msg)
+    if local.is_file():
+        msg = (
+            f"{path} is a file, not a deltacells dataset (a directory with a {MANIFEST_NAME}); "
+            "deltacells convert makes one from an h5ad, zarr, 10x h5, 10x mtx or loom input"
+        )
+        raise CLIError(msg)
+    # A directory of no known format: open_dataset says that it has no manifest.json.
+
+
+#: How ``info`` names the inputs of ``convert`` that it is given instead of a dataset.
+_INPUT_KINDS = {
+    "h5ad": "an h5ad file",
+    "zarr": "a zarr store",
+    "10x-h5": "a 10x h5 file",
+    "10x-mtx": "a 10x mtx matrix",
+    "loom": "a loom file",
+}
+
+
+def _input_format(path: Path) -> str | None:
+    """The input format of ``convert`` that ``path`` has (not ``deltacells``), or None when none is told."""
+    from deltacells.cli._inputs import detect_format
+
+    try:
+        fmt = detect_format(path)
+    except (CLIError, OSError):
+        return None
+    return fmt if fmt in _INPUT_KINDS else None
 
 
 def _info_lines(doc: dict[str, Any]) -> list[str]:

@@ -11,7 +11,10 @@ from deltacells.errors import InvalidTypeError, InvalidValueError
 
 MAX_COUNT = 2**31 - 1
 
-_HINT = "deltacells stores raw counts; pass the raw counts (e.g. layer='counts' or raw=True)"
+_HINT = (
+    "deltacells stores raw counts; pass the raw counts instead "
+    "(with write_deltacells: layer=NAME for a layer that holds them, or raw=True for .raw)"
+)
 
 
 def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) -> sparse.csr_matrix:
