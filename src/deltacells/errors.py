@@ -23,6 +23,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "MissingObjectError",
+    "NotInMemoryError",
     "UnsupportedPlatformError",
     "warn",
 ]
@@ -69,6 +70,13 @@ class InvalidValueError(DeltaCellsError, ValueError):
 
 class InvalidTypeError(DeltaCellsError, TypeError):
     """An argument of a type deltacells cannot use (a dtype that cannot hold counts, an obs column's dtype...)."""
+
+
+class NotInMemoryError(InvalidValueError, AttributeError):
+    """An operation that needs the whole matrix in memory, asked of a lazy X; the message names ``.to_memory()``.
+
+    It is also an :class:`AttributeError`, so that ``hasattr(X, "T")`` is simply false.
+    """
 
 
 class UnknownKeyError(DeltaCellsError, KeyError):

@@ -9,7 +9,7 @@ import numpy as np
 from deltacells.errors import InvalidTypeError, OutOfRangeError
 
 
-def normalize_rows(index: Any, n_rows: int) -> np.ndarray | slice:
+def normalize_rows(index: Any, n_rows: int, *, what: str = "row") -> np.ndarray | slice:
     """Return the rows selected by ``index`` among ``n_rows``.
 
     A slice with step 1 stays a (normalised) slice, which readers treat as a fast
@@ -23,6 +23,8 @@ def normalize_rows(index: Any, n_rows: int) -> np.ndarray | slice:
         length ``n_rows``.
     n_rows
         Number of rows to select from.
+    what
+        What the index selects, for error messages: ``"row"`` (default) or ``"column"``.
 
     Raises
     ------
@@ -39,23 +41,23 @@ def normalize_rows(index: Any, n_rows: int) -> np.ndarray | slice:
     if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
         i = int(index)
         if not -n_rows <= i < n_rows:
-            msg = f"row {i} is out of range for {n_rows} rows"
+            msg = f"{what} {i} is out of range for {n_rows} {what}s"
             raise OutOfRangeError(msg)
         return np.array([i % n_rows], dtype=np.int64)
     arr = np.asarray(index)
     if arr.dtype == bool:
         if arr.ndim != 1 or arr.shape[0] != n_rows:
-            msg = f"boolean index of shape {arr.shape} does not match {n_rows} rows"
+            msg = f"boolean index of shape {arr.shape} does not match {n_rows} {what}s"
             raise OutOfRangeError(msg)
         return np.flatnonzero(arr).astype(np.int64)
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.dtype.kind not in "iu":
-        msg = f"rows must be selected by integers, slices or a boolean mask, not {arr.dtype}"
+        msg = f"{what}s must be selected by integers, slices or a boolean mask, not {arr.dtype}"
         raise InvalidTypeError(msg)
     arr = arr.reshape(-1).astype(np.int64, copy=False)
     if arr.min() < -n_rows or arr.max() >= n_rows:
         bad = arr[(arr < -n_rows) | (arr >= n_rows)][0]
-        msg = f"row {bad} is out of range for {n_rows} rows"
+        msg = f"{what} {bad} is out of range for {n_rows} {what}s"
         raise OutOfRangeError(msg)
     return np.where(arr < 0, arr + n_rows, arr)

@@ -7,10 +7,12 @@ It is the only place in deltacells that touches anndata's private modules.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 from scipy import sparse
 
 from deltacells.io._lazy import TiledCSRDataset
@@ -23,6 +25,7 @@ def register_anndata_io() -> None:
     global _registered
     if _registered:
         return
+    import anndata.utils
     import h5py
     import zarr
     from anndata._core.file_backing import to_memory
@@ -33,11 +36,21 @@ def register_anndata_io() -> None:
     for group_type in (h5py.Group, zarr.Group):
         _REGISTRY.register_write(group_type, TiledCSRDataset, spec)(write_tiled_csr)
     to_memory.register(TiledCSRDataset)(_to_memory)
+    # anndata.utils.asarray densifies anndata's own backed datasets (np.asarray refuses to).
+    anndata.utils.asarray.register(TiledCSRDataset)(_asarray)
     _registered = True
 
 
-def _to_memory(x: TiledCSRDataset, *, copy: bool = False) -> sparse.csr_matrix:
+def _to_memory(x: TiledCSRDataset, *, copy: bool = False) -> sparse.csr_matrix | sparse.csr_array:
     return x.to_memory()
+
+
+def _asarray(x: TiledCSRDataset) -> np.ndarray:
+    return x.to_memory().toarray()
+
+
+#: Bytes of dense rows written at once by ``as_dense``.
+DENSE_BLOCK_BYTES = 64 * 2**20
 
 
 def write_tiled_csr(
@@ -52,9 +65,14 @@ def write_tiled_csr(
 
     The first block creates the group (through anndata's own writer, so the
     encoding and on-disk layout are anndata's); the others are appended to it.
+    When ``write_h5ad`` was asked for this element with ``as_dense``, it is written
+    as a dense ``array`` instead (see :func:`_dense_requested`).
     """
     import anndata
 
+    if _dense_requested(f, k):
+        _write_dense(f, k, elem, dataset_kwargs=dataset_kwargs)
+        return
     blocks = elem.iter_row_blocks()
     first = next(blocks, None)
     if first is None:
@@ -64,3 +82,41 @@ def write_tiled_csr(
     on_disk = anndata.io.sparse_dataset(f[k])
     for _, block in blocks:
         on_disk.append(block)
+
+
+def _dense_requested(f: Any, k: str) -> bool:
+    """Whether ``AnnData.write_h5ad(..., as_dense=...)`` lists the element ``k`` of group ``f``.
+
+    anndata handles ``as_dense`` itself for its own sparse classes only (by type) and does not pass it
+    to writers, so it is looked up in the frames of anndata's h5ad writer that called this one.
+    """
+    name = getattr(f, "name", None)
+    if not isinstance(name, str):
+        return False
+    path = f"{name.rstrip('/')}/{k}".lstrip("/")
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.replace("\\", "/").endswith("anndata/_io/h5ad.py") and "as_dense" in code.co_varnames:
+            as_dense = frame.f_locals.get("as_dense", ())
+            return path in ([as_dense] if isinstance(as_dense, str) else list(as_dense))
+        frame = frame.f_back
+    return False
+
+
+def _write_dense(
+    f: Any, k: str, elem: TiledCSRDataset, *, dataset_kwargs: Mapping[str, Any] = MappingProxyType({})
+) -> None:
+    """Write ``elem`` as anndata's dense ``array`` encoding, a few rows at a time (as anndata's ``as_dense``)."""
+    n_genes = elem.shape[1]
+    if k in f:
+        del f[k]
+    dset = f.create_dataset(k, shape=elem.shape, dtype=elem.dtype, **dict(dataset_kwargs))
+    step = max(1, DENSE_BLOCK_BYTES // max(1, n_genes * elem.dtype.itemsize))
+    for rows, block in elem.iter_row_blocks():
+        start = rows.start
+        for lo in range(0, block.shape[0], step):
+            part = block[lo : lo + step]
+            dset[start + lo : start + lo + part.shape[0]] = part.toarray()
+    dset.attrs["encoding-type"] = "array"
+    dset.attrs["encoding-version"] = "0.2.0"

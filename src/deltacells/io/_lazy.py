@@ -10,7 +10,7 @@ from anndata.abc import CSRDataset
 from scipy import sparse
 
 from deltacells.dataset._indexing import normalize_rows
-from deltacells.errors import InvalidTypeError, OutOfRangeError
+from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -44,6 +44,25 @@ class TiledCSRDataset(CSRDataset):
     the tiles that hold the requested cells and returns a
     :class:`scipy.sparse.csr_matrix`, exactly as indexing the in-memory matrix would.
 
+    It behaves as anndata's own backed sparse datasets (``read_h5ad(..., backed="r").X``):
+
+    - with ``anndata.settings.use_sparse_array_on_read`` on, indexing and :meth:`to_memory`
+      return :class:`scipy.sparse.csr_array` instead of ``csr_matrix``;
+    - ``np.asarray(X)`` raises :class:`~deltacells.errors.InvalidTypeError` (load it with
+      :meth:`to_memory` first), while ``anndata.utils.asarray(X)`` gives the dense matrix;
+    - ``X.T`` and ``adata.transpose()`` raise :class:`~deltacells.errors.InvalidValueError`, a
+      :class:`ValueError` (``"Cannot transpose ..."``);
+    - its attributes cannot be set (``X.group = ...`` raises :class:`AttributeError`);
+    - an index of the wrong kind (a float, ``None``, a string, a 2-D sparse mask) or out of range
+      raises :class:`~deltacells.errors.OutOfRangeError`, an :class:`IndexError`;
+    - ``adata.write_h5ad(path, as_dense=("X",))`` writes ``X`` as a dense array.
+
+    One difference remains: ``AnnData.__sizeof__(with_disk=True)`` adds the size of the matrix on disk
+    only for anndata's own backed classes (it reads their private ``_to_backed()``), so for a
+    deltacells ``X`` it counts the Python object only, exactly as ``__sizeof__()`` without
+    ``with_disk`` does. ``X.to_memory()`` takes about ``X.nnz * (X.dtype.itemsize + 4)`` bytes
+    (values and int32 column indices), plus the row pointers.
+
     Parameters
     ----------
     dataset
@@ -58,6 +77,17 @@ class TiledCSRDataset(CSRDataset):
     def __init__(self, dataset: Dataset, dtype: DTypeLike = np.float32) -> None:
         self._dataset = dataset
         self._dtype = parse_read_dtype(dtype)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Like anndata's backed datasets (whose ``group`` cannot be reset): a new dtype or
+        # dataset makes a new object (``astype``, ``read_deltacells``), never a changed one.
+        if not name.startswith("_"):
+            msg = (
+                f"cannot set {name!r} on a {type(self).__name__}: it is read-only; use .astype() for "
+                "another dtype or read_deltacells() for another dataset"
+            )
+            raise AttributeError(msg)
+        super().__setattr__(name, value)
 
     # ------------------------------------------------------------------ properties
 
@@ -89,6 +119,33 @@ class TiledCSRDataset(CSRDataset):
     def __len__(self) -> int:
         return self.shape[0]
 
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
+        """Refuse to become a numpy array (and keep numpy from iterating the rows into an object array)."""
+        n_cells, n_genes = self.shape
+        msg = (
+            f"a lazy {type(self).__name__} ({n_cells:,} x {n_genes:,}) cannot be converted to a numpy array: "
+            "load it with .to_memory() (then .toarray() for a dense array), or read part of it with X[rows]"
+        )
+        raise InvalidTypeError(msg)
+
+    @property
+    def T(self) -> Any:
+        """Not available: a lazy matrix cannot be transposed; load it with :meth:`to_memory` first."""
+        msg = (
+            f"Cannot transpose a lazy {type(self).__name__} (an AnnData's X read by read_deltacells): "
+            "load it first with .to_memory() (adata.to_memory().T)"
+        )
+        raise NotInMemoryError(msg)
+
+    def _compare(self, other: Any) -> Any:
+        msg = (
+            f"a lazy {type(self).__name__} cannot be compared element-wise (as scanpy's filters do): call it on "
+            "adata[cells].to_memory() (or adata.to_memory())"
+        )
+        raise InvalidTypeError(msg)
+
+    __gt__ = __ge__ = __lt__ = __le__ = _compare
+
     def __repr__(self) -> str:
         n_cells, n_genes = self.shape
         return (
@@ -106,24 +163,41 @@ class TiledCSRDataset(CSRDataset):
 
     # ------------------------------------------------------------------ reading
 
-    def __getitem__(self, index: Any) -> sparse.csr_matrix | Any:
+    def __getitem__(self, index: Any) -> sparse.csr_matrix | sparse.csr_array | Any:
         """Read the selected cells (and genes) into memory.
 
         Accepts a row index, or a pair ``(rows, cols)``, where each is an int, a slice
         (any step), an integer array (any order, repeats, negative values) or a boolean
         mask; ``np.ix_`` pairs work too. ``X[i, j]`` with two ints gives a scalar.
+        The result is a ``csr_array`` when ``anndata.settings.use_sparse_array_on_read`` is on.
+
+        Raises
+        ------
+        OutOfRangeError
+            (an :class:`IndexError`) for an index out of range or of a kind that cannot select rows
+            or columns (a float, ``None``, a string, a 2-D sparse mask).
         """
         rows, cols = _split_index(index, self.shape)
+        rows = _check_index_kind(rows, "row")
+        cols = _check_index_kind(cols, "column")
         if _is_int(rows) and _is_int(cols):
-            return self._dataset.read_rows(rows, dtype=self._dtype)[0, cols]
+            column = normalize_rows(cols, self.shape[1], what="column")
+            return self._dataset.read_rows(rows, dtype=self._dtype)[0, int(column[0])]
         matrix = self._dataset.read_rows(rows, dtype=self._dtype)
         if not (isinstance(cols, slice) and cols == slice(None)):
             matrix = matrix[:, _column_index(cols, self.shape[1])]
-        return matrix
+        return _memory_class(matrix)
 
-    def to_memory(self) -> sparse.csr_matrix:
-        """The whole matrix as a :class:`scipy.sparse.csr_matrix`."""
-        return self._dataset.read_rows(slice(None), dtype=self._dtype)
+    def to_memory(self) -> sparse.csr_matrix | sparse.csr_array:
+        """The whole matrix in memory, in arrays of its own (nothing shared with the tile cache).
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix or scipy.sparse.csr_array
+            A ``csr_array`` when ``anndata.settings.use_sparse_array_on_read`` is on, as anndata's
+            own backed datasets return.
+        """
+        return _memory_class(self._dataset.read_rows(slice(None), dtype=self._dtype))
 
     def iter_row_blocks(
         self, rows: np.ndarray | slice | None = None
@@ -143,6 +217,42 @@ class TiledCSRDataset(CSRDataset):
         for lo in range(0, selected.shape[0], tile_size):
             block = selected[lo : lo + tile_size]
             yield block, self._dataset.read_rows(block, dtype=self._dtype)
+
+
+def _use_sparse_array() -> bool:
+    """Whether anndata asks for ``csr_array`` rather than ``csr_matrix`` (anndata >= 0.11)."""
+    import anndata
+
+    return bool(getattr(anndata.settings, "use_sparse_array_on_read", False))
+
+
+def _memory_class(matrix: sparse.csr_matrix) -> sparse.csr_matrix | sparse.csr_array:
+    """``matrix`` as the class anndata's backed datasets return (its arrays are shared, not copied)."""
+    if _use_sparse_array() and not isinstance(matrix, sparse.csr_array):
+        return sparse.csr_array(matrix)
+    return matrix
+
+
+def _check_index_kind(part: Any, what: str) -> Any:
+    """Reject, with an IndexError as anndata does, index parts that cannot select rows or columns.
+
+    A one-dimensional sparse boolean array (which anndata's backed datasets accept) becomes dense.
+    """
+    if isinstance(part, slice) or _is_int(part):
+        return part
+    if sparse.issparse(part):
+        if part.ndim == 1:
+            return part.toarray()
+        msg = f"cannot select {what}s with a 2-D sparse matrix of shape {part.shape}; pass a 1-D array (.toarray())"
+        raise OutOfRangeError(msg)
+    if part is None:
+        msg = f"cannot select {what}s with None (np.newaxis): the matrix is 2-D"
+        raise OutOfRangeError(msg)
+    arr = np.asarray(part)
+    if arr.dtype != bool and arr.dtype.kind not in "iu" and arr.size > 0:
+        msg = f"{what}s must be selected by integers, slices or a boolean mask, not {arr.dtype}"
+        raise OutOfRangeError(msg)
+    return part
 
 
 def _is_int(value: Any) -> bool:
@@ -172,7 +282,7 @@ def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:
 
 def _flatten(part: Any) -> Any:
     """``np.ix_`` gives (n, 1) and (1, m) arrays: flatten 2-D index arrays with one long axis."""
-    if isinstance(part, (slice, int, np.integer)) or part is None:
+    if isinstance(part, (slice, int, np.integer)) or part is None or sparse.issparse(part):
         return part
     arr = np.asarray(part)
     if arr.ndim == 2 and 1 in arr.shape:
@@ -185,4 +295,4 @@ def _flatten(part: Any) -> Any:
 
 def _column_index(cols: Any, n_genes: int) -> np.ndarray | slice:
     """A column index scipy understands, checked like a row index (an int keeps its axis)."""
-    return normalize_rows(cols, n_genes)
+    return normalize_rows(cols, n_genes, what="column")

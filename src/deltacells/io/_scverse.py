@@ -27,6 +27,32 @@ def _add_to_scanpy(scanpy: ModuleType) -> None:
 
     if not hasattr(scanpy, "read_deltacells"):
         scanpy.read_deltacells = read_deltacells
+    _refuse_lazy_x(scanpy)
+
+
+def _refuse_lazy_x(scanpy: ModuleType) -> None:
+    """Scanpy functions that dispatch on X's type (``functools.singledispatch``) refuse the lazy X by name.
+
+    Without this they fall through to their AnnData variant and fail with an error that points nowhere;
+    ``register`` is the public API of a singledispatch function.
+    """
+    from deltacells.errors import InvalidTypeError
+    from deltacells.io._lazy import TiledCSRDataset
+
+    for name in ("scale",):
+        function = getattr(scanpy.pp, name, None)
+        register = getattr(function, "register", None)
+        if register is None or TiledCSRDataset in function.registry:
+            continue
+
+        def needs_to_memory(data: TiledCSRDataset, *args: Any, _name: str = name, **kwargs: Any) -> Any:
+            msg = (
+                f"scanpy.pp.{_name} needs the matrix in memory, and this X is a lazy deltacells dataset: call it "
+                "on adata[cells].to_memory() (or adata.to_memory())"
+            )
+            raise InvalidTypeError(msg)
+
+        register(TiledCSRDataset)(needs_to_memory)
 
 
 def _add_to_anndata(anndata: ModuleType) -> None:
