@@ -151,6 +151,8 @@ def test_flipped_byte_is_a_crc_problem(ds):
     assert _objects(report) == ["tiles/tile_000002.dct"]
     assert "CRC-32" in report.problems[0].message
     assert report.tiles_checked == 5
+    # the nonzero count covers every tile the manifest lists (the damaged one by the manifest's count)
+    assert report.nnz_checked == deltacells.open_dataset(ds).manifest.nnz
 
 
 def test_truncated_tile_is_a_tile_bytes_problem(ds):

@@ -37,10 +37,11 @@ class Generated:
 
 @dataclass(frozen=True)
 class H5adWritten:
-    """The same AnnData written as a gzip-compressed h5ad, for comparison."""
+    """The same AnnData written as a gzip-compressed h5ad, for comparison, and read back whole."""
 
     bytes: int
     seconds: float
+    read_seconds: float  # anndata.read_h5ad, X into memory (best of 3, page cache warm)
 
 
 @dataclass(frozen=True)
