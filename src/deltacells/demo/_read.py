@@ -40,9 +40,14 @@ def open_lazily(path: Path, *, cache_dir: Path, threads: int | None) -> tuple[ad
 
 
 def warm_up(back: ad.AnnData) -> WarmUp:
-    """Read one cell: the first read of a process loads the compiled decoding kernels."""
+    """Read a cell, then a few scattered cells in reverse order, to load the compiled kernels.
+
+    The first reads of a process load the decoding and gather kernels (each way of gathering rows has its own).
+    """
+    n = back.n_obs
     with Stopwatch() as watch:
         back.X[0]
+        back.X[np.arange(0, n, max(1, n // 16))[::-1]]
     return WarmUp(seconds=watch.seconds)
 
 
