@@ -74,7 +74,8 @@ def test_call_on_the_lazy_anndata(call: str, path: Path, tmp_path: Path) -> None
     if expected.startswith("error naming"):
         with pytest.raises((TypeError, ValueError, NotImplementedError)) as info:
             CALLS[call](adata)
-        assert ".to_memory()" in str(info.value), str(info.value)
+        bare = "bare `NotImplementedError`" in expected and type(info.value) is NotImplementedError
+        assert bare or ".to_memory()" in str(info.value), str(info.value)  # the table says when scanpy's comes first
         in_memory = adata[adata.obs["cell_type"] != "nothing"].to_memory()
         if call == "sc.pp.highly_variable_genes":
             sc.pp.log1p(in_memory)  # its default flavor expects log counts

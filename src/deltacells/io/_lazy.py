@@ -130,7 +130,7 @@ class TiledCSRDataset(CSRDataset):
 
     @property
     def T(self) -> Any:
-        """Not available: a lazy matrix cannot be transposed; load it with :meth:`to_memory` first."""
+        """Not available, since a lazy matrix cannot be transposed; load it with :meth:`to_memory` first."""
         msg = (
             f"Cannot transpose a lazy {type(self).__name__} (an AnnData's X read by read_deltacells): "
             "load it first with .to_memory() (adata.to_memory().T)"
