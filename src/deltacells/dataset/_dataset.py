@@ -51,6 +51,7 @@ class Dataset:
         self._starts = manifest.starts
         self._warned_precision = False
         self._columns: np.ndarray | None = None  # stored column j -> output column, in the source's order
+        self._gene_order: np.ndarray | None = None  # gene_order.npy, read once (read-only)
         self.gene_order_mode = "stored"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -79,13 +80,11 @@ class Dataset:
             raise InvalidValueError(msg)
         if gene_order == self.gene_order_mode:
             return self
+        order = self.gene_order() if gene_order == "original" else None  # read before sharing the state
         other = object.__new__(Dataset)
         other.__dict__.update(self.__dict__)
         other.gene_order_mode = gene_order
-        other._columns = None
-        if gene_order == "original":
-            order = self.gene_order()
-            other._columns = None if order is None else np.ascontiguousarray(order, dtype=np.int32)
+        other._columns = order  # a copy of its own, int32
         return other
 
     def __repr__(self) -> str:
@@ -304,7 +303,11 @@ class Dataset:
         FormatError
             If ``gene_order.npy`` is not a little-endian int32 permutation of ``0 .. n_genes - 1``.
         """
-        return read_gene_order(self.store, self.manifest)
+        if self._gene_order is None and self.manifest.has_gene_order:
+            order = read_gene_order(self.store, self.manifest)
+            order.flags.writeable = False  # read once, shared by the views of this dataset
+            self._gene_order = order
+        return None if self._gene_order is None else self._gene_order.copy()
 
     def var_names(self) -> list[str] | None:
         """Gene names in output column order from ``var_names.txt`` (None without one).
