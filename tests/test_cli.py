@@ -392,6 +392,21 @@ def test_convert_not_counts_suggests_what_the_input_has(source, tmp_path, where,
     assert "=" not in error  # no Python argument (layer=, raw=True) in the command line's message
 
 
+def test_convert_too_many_large_values_suggests_the_counts_layer(source, tmp_path):
+    """Whole numbers too large to be counts (X scaled up): the codec's refusal names the options, not arguments."""
+    adata = source.copy()
+    adata.layers["counts"] = adata.X.copy()
+    adata.X = adata.X.astype(np.int64) * 100_000
+    path = tmp_path / "scaled.h5ad"
+    adata.write_h5ad(path)
+    result = run("convert", "-q", path, tmp_path / "out")
+    assert_one_line_error(result, "do not look like raw counts", "(e.g. --layer counts)")
+    error = result.stderr.strip().splitlines()[-1]
+    assert "write_deltacells" not in error
+    assert "=" not in error
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_convert_raw_without_raw(source, tmp_path):
     """--raw on an input without raw: one line naming the input, not a traceback."""
     plain = tmp_path / "plain.h5ad"

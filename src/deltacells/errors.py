@@ -125,3 +125,10 @@ class MissingObjectError(FormatError, FileNotFoundError):
 
 class DemoMismatchError(DeltaCellsError, RuntimeError):
     """The demo read back data that differ from what it wrote: a bug in deltacells (please report it)."""
+
+
+#: What the errors about data that are not raw counts suggest (the command line rewrites it as its options).
+RAW_COUNTS_HINT = (
+    "deltacells stores raw counts; pass the raw counts instead "
+    "(with write_deltacells: layer=NAME for a layer that holds them, or raw=True for .raw)"
+)

@@ -41,14 +41,17 @@ if TYPE_CHECKING:
     type=click.IntRange(1, 22),
     default=19,
     show_default=True,
-    help="zstd level: higher is smaller and slower to write, not slower to read.",
+    help="zstd level (1-22): higher levels compress harder and write more slowly.",
 )
 @click.option("--layer", default=None, help="Write this layer instead of X.")
 @click.option("--raw", is_flag=True, help="Write raw.X (with raw.var) instead of X.")
 @click.option(
     "--no-reorder-genes",
     is_flag=True,
-    help="Keep the input gene order (by default genes are sorted by decreasing total counts: smaller, faster).",
+    help=(
+        "Store genes in the input order (by default they are stored by decreasing total counts; "
+        "reads give the input order back either way)."
+    ),
 )
 @click.option(
     "--obs-columns",

@@ -17,7 +17,7 @@ from deltacells.codec._layout import (
     TileHeader,
     align,
 )
-from deltacells.errors import ExceptionPolicyError, InvalidTypeError, InvalidValueError
+from deltacells.errors import RAW_COUNTS_HINT, ExceptionPolicyError, InvalidTypeError, InvalidValueError
 
 #: Defaults of the reference writer.
 DEFAULT_N_CHUNKS = 8
@@ -111,7 +111,7 @@ def encode_tile(
         if count > limit:
             msg = (
                 f"{name}: {count} {kind} exceptions (values above 65535) exceed the limit of {limit} "
-                f"for {nnz} nonzeros; the data does not look like raw counts (use raw counts, e.g. layer= or raw=)"
+                f"for {nnz} nonzeros: the data do not look like raw counts. {RAW_COUNTS_HINT}."
             )
             raise ExceptionPolicyError(msg)
 

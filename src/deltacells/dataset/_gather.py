@@ -1,9 +1,36 @@
-"""Numba kernel copying selected rows of a decoded tile into an output CSR."""
+"""Numba kernels copying selected rows of a decoded tile into an output CSR.
+
+Consecutive source rows that go to consecutive output rows (a whole tile, a slice) are copied as one run:
+one flat loop over their nonzeros, which the compiler vectorises, instead of a short loop per row. Indices
+and values are copied in separate loops over slices: fused, the column gather kept the value copy from
+vectorising (measured: the mapped copy of a full read took 1.5x the plain one; split, 1.05x).
+"""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _run_end(rows, out_slots, i):  # pragma: no cover
+    """First ``k > i`` where the run of consecutive rows (and output slots) starting at ``i`` stops."""
+    k = i + 1
+    while k < rows.shape[0] and rows[k] == rows[k - 1] + 1 and out_slots[k] == out_slots[k - 1] + 1:
+        k += 1
+    return k
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _copy(source, target):  # pragma: no cover
+    for j in range(source.shape[0]):
+        target[j] = source[j]
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _map(source, columns, target):  # pragma: no cover
+    for j in range(source.shape[0]):
+        target[j] = columns[source[j]]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -15,13 +42,15 @@ def gather_rows(
     ``out_indptr`` must already hold the output row pointers; ``out_data`` may have
     another dtype than ``src_data`` (values are cast on the way).
     """
-    for i in range(rows.shape[0]):
+    i = 0
+    while i < rows.shape[0]:
+        k = _run_end(rows, out_slots, i)
         start = src_indptr[rows[i]]
-        stop = src_indptr[rows[i] + 1]
+        stop = src_indptr[rows[k - 1] + 1]
         dest = out_indptr[out_slots[i]]
-        for j in range(stop - start):
-            out_indices[dest + j] = src_indices[start + j]
-            out_data[dest + j] = src_data[start + j]
+        _copy(src_data[start:stop], out_data[dest : dest + stop - start])
+        _copy(src_indices[start:stop], out_indices[dest : dest + stop - start])
+        i = k
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -32,17 +61,22 @@ def gather_rows_mapped(
 
     With ``sort``, each output row's columns are then put in increasing order (with their values).
     """
-    for i in range(rows.shape[0]):
+    i = 0
+    while i < rows.shape[0]:
+        k = _run_end(rows, out_slots, i)
         start = src_indptr[rows[i]]
-        stop = src_indptr[rows[i] + 1]
+        stop = src_indptr[rows[k - 1] + 1]
         dest = out_indptr[out_slots[i]]
-        n = stop - start
-        for j in range(n):
-            out_indices[dest + j] = columns[src_indices[start + j]]
-            out_data[dest + j] = src_data[start + j]
-        if sort and n > 1:
-            order = np.argsort(out_indices[dest : dest + n])
-            sorted_indices = out_indices[dest : dest + n][order]
-            sorted_data = out_data[dest : dest + n][order]
-            out_indices[dest : dest + n] = sorted_indices
-            out_data[dest : dest + n] = sorted_data
+        _copy(src_data[start:stop], out_data[dest : dest + stop - start])
+        _map(src_indices[start:stop], columns, out_indices[dest : dest + stop - start])
+        if sort:
+            for r in range(i, k):
+                dest = out_indptr[out_slots[r]]
+                n = out_indptr[out_slots[r] + 1] - dest
+                if n > 1:
+                    order = np.argsort(out_indices[dest : dest + n])
+                    sorted_indices = out_indices[dest : dest + n][order]
+                    sorted_data = out_data[dest : dest + n][order]
+                    out_indices[dest : dest + n] = sorted_indices
+                    out_data[dest : dest + n] = sorted_data
+        i = k

@@ -7,14 +7,9 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.errors import RAW_COUNTS_HINT, InvalidTypeError, InvalidValueError
 
 MAX_COUNT = 2**31 - 1
-
-_HINT = (
-    "deltacells stores raw counts; pass the raw counts instead "
-    "(with write_deltacells: layer=NAME for a layer that holds them, or raw=True for .raw)"
-)
 
 
 def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) -> sparse.csr_matrix:
@@ -43,7 +38,7 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
     """
     dtype = block.dtype if hasattr(block, "dtype") else np.asarray(block).dtype
     if dtype.kind not in "iuf":
-        msg = f"counts must have an integer or float dtype, got {dtype}. {_HINT}."
+        msg = f"counts must have an integer or float dtype, got {dtype}. {RAW_COUNTS_HINT}."
         raise InvalidTypeError(msg)
     if sparse.issparse(block):
         csr = sparse.csr_matrix(block)
@@ -81,5 +76,5 @@ def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int) -> None:
         problem = "is not a whole number"
     else:
         problem = "is outside [0, 2^31 - 1]"
-    msg = f"the count of cell {first_row + row}, gene {gene} ({value!r}) {problem}. {_HINT}."
+    msg = f"the count of cell {first_row + row}, gene {gene} ({value!r}) {problem}. {RAW_COUNTS_HINT}."
     raise InvalidValueError(msg)
