@@ -100,6 +100,18 @@ def test_conformance_tiles(vector: Path, tmp_path: Path) -> None:
         assert not validate_dataset(root).ok
 
 
+def test_unflagged_file_is_ignored_by_the_reader(tmp_path: Path) -> None:
+    """A file the manifest says is absent: the reader never lists, so it never looks; validate reports it."""
+    root = tmp_path / "ds"
+    shutil.copytree(CONFORMANCE / "datasets" / "complete", root)
+    doc = json.loads((root / MANIFEST_NAME).read_text())
+    doc["has_var_names"] = False
+    (root / MANIFEST_NAME).write_text(json.dumps(doc))
+    assert reader_error(root, tmp_path / "cache") is None
+    problems = [str(problem) for problem in validate_dataset(root).problems]
+    assert problems == ["var_names.txt: present, but manifest.json field has_var_names is false"]
+
+
 @pytest.mark.parametrize(
     "damage",
     ["gene_order_int64", "gene_order_not_permutation", "var_names_short", "var_table_garbage", "flag_lies"],
@@ -118,9 +130,7 @@ def test_damaged_sidecars(damage: str, tmp_path: Path) -> None:
         (root / "var_names.txt").write_text("\n".join(lines[:-1]) + "\n")
     elif damage == "var_table_garbage":
         (root / "var.parquet").write_bytes(b"not parquet")
-    elif damage == "flag_lies":
-        doc = json.loads((root / MANIFEST_NAME).read_text())
-        doc["has_var_names"] = False
-        (root / MANIFEST_NAME).write_text(json.dumps(doc))
+    elif damage == "flag_lies":  # var_names.txt promised, not there
+        (root / "var_names.txt").unlink()
     assert reader_error(root, tmp_path / "cache") is not None
     assert_agree(root, tmp_path / "cache")

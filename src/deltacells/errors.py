@@ -24,6 +24,9 @@ __all__ = [
     "InvalidValueError",
     "MissingObjectError",
     "NotInMemoryError",
+    "StorageAccessError",
+    "StorageError",
+    "StorageTimeoutError",
     "UnsupportedPlatformError",
     "warn",
 ]
@@ -92,6 +95,18 @@ class OutOfRangeError(DeltaCellsError, IndexError):
 
 class OutputExistsError(DeltaCellsError, FileExistsError):
     """The output path holds a dataset or other files, and overwriting was not asked for."""
+
+
+class StorageError(DeltaCellsError, OSError):
+    """Reading or writing an object failed (after the retries of transient errors); names the object's URL."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The storage refused access to an object (HTTP 403, a local permission); credentials are the likely cause."""
+
+
+class StorageTimeoutError(StorageError, TimeoutError):
+    """An object request got no answer in time, every attempt; names the object's URL and the timeout."""
 
 
 class DeltaCellsWarning(UserWarning):

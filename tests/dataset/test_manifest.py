@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 
 from deltacells import FormatError, Manifest
 from deltacells.dataset import open_dataset
+from deltacells.errors import MissingObjectError
 from deltacells.format import FORMAT_NAME, FORMAT_VERSION
+from deltacells.validate import validate_dataset
 
 REQUIRED = (
     "n_cells",
@@ -389,8 +392,28 @@ def test_flags_must_match_files(flagged_dataset, changes, remove, create, flag, 
     if create:
         (flagged_dataset / create).parent.mkdir(exist_ok=True)
         (flagged_dataset / create).write_bytes(b"{}")
-    with pytest.raises(FormatError, match=rf"{state}, but manifest\.json field {flag} is \w+"):
-        open_dataset(flagged_dataset)
+    # Opening lists nothing (a LIST per 1,000 objects on a bucket): validation compares the flags with the files.
+    open_dataset(flagged_dataset)
+    report = validate_dataset(flagged_dataset)
+    assert any(re.search(rf"{state}, but manifest\.json field {flag} is \w+", p.message) for p in report.problems), str(
+        report
+    )
+
+
+@pytest.mark.parametrize(
+    ("remove", "read"),
+    [
+        pytest.param("gene_order.npy", lambda ds: ds.gene_order(), id="gene_order"),
+        pytest.param("var_names.txt", lambda ds: ds.var_names(), id="var_names"),
+        pytest.param("tiles/tile_000000.dct", lambda ds: ds.read_rows(slice(0, 1)), id="tile"),
+    ],
+)
+def test_promised_object_missing_is_named_when_read(flagged_dataset, remove, read):
+    """An object the manifest promises and that is gone: opening succeeds, reading it names it."""
+    (flagged_dataset / remove).unlink()
+    ds = open_dataset(flagged_dataset)
+    with pytest.raises(MissingObjectError, match=re.escape(remove.rsplit("/", 1)[-1])):
+        read(ds)
 
 
 def test_obs_flag_without_obs_fields_rejected(flagged_dataset):

@@ -28,7 +28,7 @@ from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
     from deltacells.format._fingerprint import obs_fingerprint
-    from deltacells.format._listing import check_flags, check_stray_objects
+    from deltacells.format._listing import check_flags, check_stray_objects, missing_promised
     from deltacells.format._manifest import (
         FORMAT_NAME,
         FORMAT_VERSION,
@@ -78,6 +78,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "obs_fingerprint": "deltacells.format._fingerprint",
     "check_flags": "deltacells.format._listing",
+    "missing_promised": "deltacells.format._listing",
     "check_stray_objects": "deltacells.format._listing",
     "FORMAT_NAME": "deltacells.format._manifest",
     "FORMAT_VERSION": "deltacells.format._manifest",
@@ -159,6 +160,7 @@ __all__ = [
     "check_codes",
     "check_fingerprint",
     "check_flags",
+    "missing_promised",
     "check_gene_order",
     "check_manifest",
     "check_manifest_text",

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from deltacells.format._manifest import ManifestFields
 
-__all__ = ["check_flags", "check_stray_objects"]
+__all__ = ["check_flags", "check_stray_objects", "missing_promised"]
 
 _TILE_FILE = re.compile(r"^tile_(\d{6,})\.dct$")
 _SHARD_FILE = re.compile(r"^obs_(\d{4,})\.parquet$")
@@ -25,6 +25,11 @@ def _present(name: str, root: Collection[str], obs: Collection[str]) -> bool:
     return base in obs if directory == OBS_DIR else name in root
 
 
+def missing_promised(name: str) -> Problem:
+    """The problem of object ``name``, which a ``has_*`` flag of the manifest promises, being absent."""
+    return Problem(name, f"missing, but {MANIFEST_NAME} field {SIDECAR_FLAGS[name]} is true", MissingObjectError)
+
+
 def check_flags(fields: ManifestFields, root: Collection[str], obs: Collection[str]) -> Checker[None]:
     """The ``has_*`` flags against the entries of the root and of ``obs/`` (one listing each)."""
     for name, flag in SIDECAR_FLAGS.items():
@@ -33,7 +38,7 @@ def check_flags(fields: ManifestFields, root: Collection[str], obs: Collection[s
             continue
         here = _present(name, root, obs)
         if flagged and not here:
-            yield Problem(name, f"missing, but {MANIFEST_NAME} field {flag} is true", MissingObjectError)
+            yield missing_promised(name)
         elif here and not flagged:
             yield Problem(name, f"present, but {MANIFEST_NAME} field {flag} is false")
 

@@ -2,19 +2,56 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import os
+import time
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from deltacells.errors import MissingObjectError, OutputExistsError
-from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.errors import InvalidValueError, OutputExistsError
+from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, DEFAULT_LOCAL_IO_CONCURRENCY, BaseStore
+from deltacells.storage._faults import RetryPolicy, is_transient, translate
 
-__all__ = ["FsspecStore"]
+__all__ = ["DEFAULT_TIMEOUTS", "FsspecStore"]
+
+T = TypeVar("T")
+
+#: Connect and read timeouts (seconds) that deltacells sets for s3 and http(s) unless storage_options set
+#: their own: a server that never answers gives an error, not a hang.
+DEFAULT_TIMEOUTS = {"connect": 10.0, "read": 30.0}
+
+
+def with_default_timeouts(protocol: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` plus deltacells' default timeouts for ``protocol``, where the user set none.
+
+    s3 (s3fs, botocore): ``config_kwargs`` ``connect_timeout`` / ``read_timeout``, and botocore's own retries
+    off (deltacells retries, once, for every filesystem alike). http(s) (aiohttp): ``client_kwargs["timeout"]``.
+    """
+    options = copy.copy(dict(options))
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", DEFAULT_TIMEOUTS["connect"])
+        config.setdefault("read_timeout", DEFAULT_TIMEOUTS["read"])
+        config.setdefault("retries", {"max_attempts": 1})
+        options["config_kwargs"] = config
+        options.setdefault("retries", 1)  # s3fs's own retry loop: deltacells' RetryPolicy does it
+    elif protocol in ("http", "https"):
+        client = dict(options.get("client_kwargs") or {})
+        if "timeout" not in client:
+            import aiohttp
+
+            client["timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=DEFAULT_TIMEOUTS["connect"], sock_read=DEFAULT_TIMEOUTS["read"]
+            )
+        options["client_kwargs"] = client
+    return options
 
 
 def _plain(start: int | None, end: int | None) -> bool:
@@ -37,10 +74,28 @@ class FsspecStore(BaseStore):
     url
         A local path or any fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``file:///data``...).
     storage_options
-        Passed to the fsspec filesystem (credentials, endpoint...).
+        Passed to the fsspec filesystem (credentials, endpoint, timeouts...). For s3 and http(s), connect and
+        read timeouts of 10 s and 30 s are added unless these options set their own (see
+        :data:`DEFAULT_TIMEOUTS`).
+    io_concurrency
+        The most requests in flight at once (default 32 on remote filesystems, 8 on a local disk).
+    retry
+        How transient failures (5xx, throttling, dropped connections, timeouts) are retried.
     """
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        io_concurrency: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if io_concurrency is not None and (not isinstance(io_concurrency, int) or io_concurrency < 1):
+            msg = f"io_concurrency must be a positive integer, got {io_concurrency!r}"
+            raise InvalidValueError(msg)
+        self._io_concurrency = io_concurrency
+        self.retry = retry or RetryPolicy()
         url = os.fspath(url)
         # A local path is made absolute now: the store must name the same place after a pickle to a process
         # in another working directory, and in what is recorded of it (uns, exported h5ad files).
@@ -50,8 +105,15 @@ class FsspecStore(BaseStore):
         self._root: str | None = None
         self._pid: int | None = None
 
-    def __reduce__(self) -> tuple[type[FsspecStore], tuple[str, dict[str, Any]]]:
-        return (type(self), (self.url, self.storage_options))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.url, self.storage_options, self._io_concurrency, self.retry))
+
+    @property
+    def io_concurrency(self) -> int:
+        """The most requests in flight at once (``io_concurrency=``, or 32 remote / 8 local)."""
+        if self._io_concurrency is not None:
+            return self._io_concurrency
+        return DEFAULT_LOCAL_IO_CONCURRENCY if self.is_local else DEFAULT_IO_CONCURRENCY
 
     # --------------------------------------------------------------------------------- filesystem
 
@@ -59,9 +121,20 @@ class FsspecStore(BaseStore):
     def fs(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem, created on first use in each process."""
         if self._fs is None or self._pid != os.getpid():
-            self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            protocol = fsspec.utils.get_protocol(self.url)
+            options = with_default_timeouts(protocol, self.storage_options)
+            self._fs, self._root = fsspec.core.url_to_fs(self.url, **options)
             self._pid = os.getpid()
+            self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         return self._fs
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the filesystem is asynchronous (s3, gcs, http...).
+
+        Requests then run as coroutines on fsspec's event loop instead of threads.
+        """
+        return bool(getattr(self.fs, "async_impl", False)) and hasattr(self.fs, "_cat_file")
 
     @property
     def root(self) -> str:
@@ -87,51 +160,80 @@ class FsspecStore(BaseStore):
     # -------------------------------------------------------------------------------------- reads
 
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`)."""
-        full = self._full(path)
-        try:
-            if _plain(start, end):
-                return self.fs.cat_file(full, start=start, end=end)
-            first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
-            return self.fs.cat_file(full, start=first, end=stop) if stop > first else b""
-        except FileNotFoundError as exc:
-            raise self._missing(path) from exc
+        """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`).
 
-    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
-        """Many objects or ranges at once, in request order (see :meth:`BaseStore.read_many`).
-
-        On an asynchronous filesystem (s3, gcs, http...) the requests go out together through
-        fsspec's ``cat_ranges``, at most ``max_workers`` at a time (fsspec's batch size by
-        default); on others, through a thread pool.
+        One request per call: pass the range (e.g. ``0, size`` with the size from the manifest) and s3fs sends
+        no HEAD first. Transient failures are retried (:attr:`retry`); errors name the object's URL.
         """
-        requests = list(requests)
-        fs = self.fs
-        if len(requests) <= 1 or not getattr(fs, "async_impl", False):
-            return super().read_many(requests, max_workers=max_workers)
-        plain = [i for i, (_, start, end) in enumerate(requests) if _plain(start, end)]
-        results: list[Any] = [None] * len(requests)
-        if plain:
-            fetched = fs.cat_ranges(
-                [self._full(requests[i][0]) for i in plain],
-                [requests[i][1] for i in plain],
-                [requests[i][2] for i in plain],
-                batch_size=max_workers,
-                on_error="return",
-            )
-            for i, value in zip(plain, fetched, strict=True):
-                results[i] = value
-        for i, (path, start, end) in enumerate(requests):
-            if results[i] is None:  # ranges that need the size first (rare): one by one
-                try:
-                    results[i] = self.read(path, start, end)
-                except Exception as exc:
-                    results[i] = exc
-        for (path, _, _), value in zip(requests, results, strict=True):
-            if isinstance(value, FileNotFoundError) and not isinstance(value, MissingObjectError):
-                raise self._missing(path) from value
-            if isinstance(value, BaseException):
-                raise value
-        return results
+        if self.is_async:
+            return self.submit_read(path, start, end).result()
+        return self._retrying(path, lambda: self._read_sync(path, start, end))
+
+    def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
+        """Start a read; at most :attr:`io_concurrency` in flight.
+
+        On an asynchronous filesystem the read is a coroutine on fsspec's event loop, else it runs on the
+        store's I/O threads.
+        """
+        if not self.is_async:
+            return super().submit_read(path, start, end)
+        return asyncio.run_coroutine_threadsafe(
+            self._bounded(path, lambda: self._read_async(path, start, end)), self.fs.loop
+        )
+
+    def _read_sync(self, path: str, start: int | None, end: int | None) -> bytes:
+        full = self._full(path)
+        if _plain(start, end):
+            return self.fs.cat_file(full, start=start, end=end)
+        first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
+        return self.fs.cat_file(full, start=first, end=stop) if stop > first else b""
+
+    async def _read_async(self, path: str, start: int | None, end: int | None) -> bytes:
+        fs, full = self.fs, self._full(path)
+        if start is None and end is None and hasattr(fs, "_cat_file_concurrent"):
+            return await fs._cat_file(full, max_concurrency=1)  # s3fs: one GET, no HEAD for the size first
+        if not _plain(start, end):
+            first, stop, _ = slice(start, end).indices(int(await fs._size(full)))
+            if stop <= first:
+                return b""
+            start, end = first, stop
+        if start is not None and end is not None and start >= end:
+            return b""
+        return await fs._cat_file(full, start=start, end=end)
+
+    async def _bounded(self, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` under the store's bound on requests in flight, with retries and a timeout."""
+        loop = asyncio.get_running_loop()
+        limit = self._limits.get(loop)
+        if limit is None:
+            limit = self._limits[loop] = asyncio.Semaphore(self.io_concurrency)
+        policy = self.retry
+        where = self._where(path)
+        number = 1
+        while True:
+            try:
+                async with limit:
+                    if policy.timeout is None:
+                        return await attempt()
+                    return await asyncio.wait_for(attempt(), policy.timeout)
+            except Exception as exc:
+                if number >= policy.attempts or not is_transient(exc):
+                    raise translate(exc, where, attempts=number, timeout=policy.timeout) from exc
+            await asyncio.sleep(policy.delay(number))
+            number += 1
+
+    def _retrying(self, path: str, attempt: Callable[[], T]) -> T:
+        """Run the blocking ``attempt`` with the retries of :attr:`retry` (no timeout of ours: the call blocks)."""
+        policy = self.retry
+        number = 1
+        while True:
+            try:
+                return attempt()
+            except Exception as exc:
+                if number >= policy.attempts or self.is_local or not is_transient(exc):
+                    raise translate(exc, self._where(path), attempts=number) from exc
+            time.sleep(policy.delay(number))
+            number += 1
 
     def size(self, path: str) -> int:
         """Size in bytes of object ``path``.
@@ -141,10 +243,7 @@ class FsspecStore(BaseStore):
         MissingObjectError
             If the object does not exist.
         """
-        try:
-            return int(self.fs.size(self._full(path)))
-        except FileNotFoundError as exc:
-            raise self._missing(path) from exc
+        return self._retrying(path, lambda: int(self.fs.size(self._full(path))))
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` is an object or a directory (a prefix with objects under it on object stores)."""
@@ -173,8 +272,11 @@ class FsspecStore(BaseStore):
     def write(self, path: str, data: bytes) -> None:
         """Write object ``path`` whole; on a local disk through a temporary file and a rename."""
         full = self._full(path)
+        if self.is_async:
+            self.submit_write(path, data).result()
+            return
         if not self.is_local:
-            self.fs.pipe_file(full, data)
+            self._retrying(path, lambda: self.fs.pipe_file(full, data))
             return
         os.makedirs(os.path.dirname(full), exist_ok=True)
         tmp = f"{full}.{uuid.uuid4().hex}.tmp"
@@ -185,6 +287,15 @@ class FsspecStore(BaseStore):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
+
+    def submit_write(self, path: str, data: bytes) -> Future[None]:
+        """Start a write (see :meth:`submit_read`); an object appears whole or not at all."""
+        if not self.is_async:
+            return super().submit_write(path, data)
+        full = self._full(path)
+        return asyncio.run_coroutine_threadsafe(
+            self._bounded(path, lambda: self.fs._pipe_file(full, data)), self.fs.loop
+        )
 
     def delete(self, path: str) -> None:
         """Remove object ``path`` or everything under prefix ``path``; nothing happens when absent.
@@ -223,3 +334,16 @@ class FsspecStore(BaseStore):
     def path(self, name: str) -> str:
         """Full path of ``name`` inside :attr:`fs` (what fsspec calls it)."""
         return self._full(name)
+
+
+def _rebuild(
+    cls: type[FsspecStore],
+    url: str,
+    storage_options: dict[str, Any],
+    io_concurrency: int | None,
+    retry: RetryPolicy,
+) -> FsspecStore:
+    store = cls(url, storage_options)  # subclasses keep their two-argument constructor
+    store._io_concurrency = io_concurrency
+    store.retry = retry
+    return store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from deltacells.storage._base import BaseStore, ByteRequest
 
@@ -47,6 +48,19 @@ class PrefixStore(BaseStore):
         """Many objects or ranges at once, in request order, through the inner store's ``read_many``."""
         inner = [(self._inner(path), start, end) for path, start, end in requests]
         return self.store.read_many(inner, max_workers=max_workers)
+
+    def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
+        """Start a read through the inner store (its requests in flight are shared)."""
+        return self.store.submit_read(self._inner(path), start, end)
+
+    def submit_write(self, path: str, data: bytes) -> Future[None]:
+        """Start a write through the inner store."""
+        return self.store.submit_write(self._inner(path), data)
+
+    @property
+    def io_concurrency(self) -> int:
+        """The inner store's bound on requests in flight."""
+        return self.store.io_concurrency
 
     def size(self, path: str) -> int:
         """Size in bytes of object ``path``."""
