@@ -20,6 +20,7 @@ def open_dataset(
     storage_options: dict[str, Any] | None = None,
     tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
     threads: int | None = None,
+    io_concurrency: int | None = None,
 ) -> Dataset:
     """Open a deltacells dataset: read and check its manifest (one request), nothing else.
 
@@ -33,6 +34,8 @@ def open_dataset(
         Bound on the memory held by recently decoded tiles (0 disables the cache).
     threads
         Threads decoding tiles; ``None`` means the usable CPUs.
+    io_concurrency
+        The most requests in flight at once (default: 32 remote, 8 local; ignored when ``path`` is a store).
 
     Returns
     -------
@@ -45,7 +48,7 @@ def open_dataset(
     FormatError
         If the manifest breaks a rule of the format.
     """
-    store = open_store(path, storage_options)
+    store = open_store(path, storage_options, io_concurrency=io_concurrency)
     try:
         text = store.read(MANIFEST_NAME)
     except MissingObjectError as exc:

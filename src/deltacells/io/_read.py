@@ -38,6 +38,7 @@ def read_deltacells(
     tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
     threads: int | None = None,
     gene_order: Literal["original", "stored"] = "original",
+    io_concurrency: int | None = None,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -67,11 +68,14 @@ def read_deltacells(
         into the cache (the whole shard is read once); with ``False`` only the column
         chunks needed are fetched.
     storage_options
-        fsspec options for ``path``.
+        fsspec options for ``path`` (credentials, endpoint, timeouts; see the user guide on object storage).
     tile_cache_bytes
         Bound on the decoded tiles kept in memory.
     threads
         Threads decoding tiles (default: the usable CPUs).
+    io_concurrency
+        The most requests in flight at once, apart from the decoding threads (default: 32 on object storage
+        and other remote filesystems, 8 on a local disk).
     gene_order
         ``"original"`` (default): genes in the order of the AnnData that was written (DECISIONS.md 13); the
         stored column numbers are mapped back through ``gene_order.npy`` while rows are copied, and var
@@ -98,7 +102,13 @@ def read_deltacells(
     register_anndata_io()
     import anndata as ad
 
-    stored = open_dataset(path, storage_options=storage_options, tile_cache_bytes=tile_cache_bytes, threads=threads)
+    stored = open_dataset(
+        path,
+        storage_options=storage_options,
+        tile_cache_bytes=tile_cache_bytes,
+        threads=threads,
+        io_concurrency=io_concurrency,
+    )
     dataset = stored.with_gene_order(gene_order)
     X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
     obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)

@@ -23,6 +23,14 @@ __all__ = ["DEFAULT_IO_CONCURRENCY", "BaseStore", "ByteRequest"]
 
 _POOL_LOCK = threading.Lock()
 
+
+def _after_fork_in_child() -> None:
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 ByteRequest = tuple[str, int | None, int | None]
 """One request of :meth:`BaseStore.read_many`: ``(path, start, end)``, ``None`` meaning the start or end."""
 

@@ -14,7 +14,10 @@ __all__ = ["open_store"]
 
 
 def open_store(
-    url_or_store: str | os.PathLike[str] | BaseStore, storage_options: Mapping[str, Any] | None = None
+    url_or_store: str | os.PathLike[str] | BaseStore,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    io_concurrency: int | None = None,
 ) -> BaseStore:
     """The store for a local path or fsspec URL; a store is returned as is.
 
@@ -24,6 +27,8 @@ def open_store(
         A local path, an fsspec URL (``s3://bucket/prefix``...) or a :class:`BaseStore`.
     storage_options
         fsspec options for a path or URL (credentials, endpoint...).
+    io_concurrency
+        The most requests in flight at once, for a path or URL (a store keeps its own).
 
     Returns
     -------
@@ -43,4 +48,4 @@ def open_store(
             )
             raise InvalidValueError(msg)
         return url_or_store
-    return FsspecStore(url_or_store, storage_options)
+    return FsspecStore(url_or_store, storage_options, io_concurrency=io_concurrency)

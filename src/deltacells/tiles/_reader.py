@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -20,10 +21,13 @@ if TYPE_CHECKING:
     from deltacells.format import Manifest
     from deltacells.storage import BaseStore
 
-__all__ = ["DEFAULT_TILE_CACHE_BYTES", "TileReader"]
+__all__ = ["DEFAULT_PREFETCH_BYTES", "DEFAULT_TILE_CACHE_BYTES", "TileReader"]
 
 #: Default bound on the decoded tiles a dataset keeps in memory.
 DEFAULT_TILE_CACHE_BYTES = 256 * 2**20
+
+#: Default bound on the compressed bytes fetched ahead of the decoders by :meth:`TileReader.iter_tiles`.
+DEFAULT_PREFETCH_BYTES = 256 * 2**20
 
 
 class TileReader:
@@ -45,6 +49,9 @@ class TileReader:
     threads
         Threads decoding the chunks of one tile, or tiles at once in :meth:`iter_tiles`; ``None``: the
         usable CPUs.
+    prefetch_bytes
+        Bound on the compressed tiles fetched ahead of the decoders in :meth:`iter_tiles` (at least as many
+        tiles as decode at once are always fetched).
     """
 
     def __init__(
@@ -54,8 +61,10 @@ class TileReader:
         *,
         cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
         threads: int | None = None,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
     ) -> None:
         self.store = store
+        self.prefetch_bytes = prefetch_bytes
         self.manifest = manifest
         self.threads = threads
         self.cache = TileCache(cache_bytes)
@@ -80,7 +89,7 @@ class TileReader:
         with self._guard():
             return self._decoded
 
-    def get(self, tile: int, *, threads: int | None = None) -> DecodedTile:
+    def get(self, tile: int, *, threads: int | None = None, fetched: Future[bytes] | None = None) -> DecodedTile:
         """Tile ``tile``, decoded (read-only arrays shared with the cache and other readers).
 
         Raises
@@ -106,7 +115,9 @@ class TileReader:
         if waiting is not None:
             return waiting.result()
         try:
-            decoded = self._fetch_and_decode(tile, threads=self.threads if threads is None else threads)
+            decoded = self._fetch_and_decode(
+                tile, threads=self.threads if threads is None else threads, fetched=fetched
+            )
         except BaseException as exc:
             with self._guard():
                 self._in_flight.pop(tile, None)
@@ -122,28 +133,58 @@ class TileReader:
     def iter_tiles(
         self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None
     ) -> Iterator[tuple[int, DecodedTile]]:
-        """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, decoding a few at once in parallel.
+        """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, fetching ahead and decoding in parallel.
 
-        At most ``batch`` decoded tiles (default: twice the threads) are held beyond the cache at any time,
-        so a loop over a whole dataset runs in flat memory.
+        A pipeline of two stages: fetches run on the store's own concurrency (up to
+        ``store.io_concurrency`` requests, and :attr:`prefetch_bytes` of compressed tiles, ahead of the
+        decoders), decodes on the decoding threads, at most ``batch`` tiles (default: twice the threads)
+        beyond the one yielded. Network and decoding overlap, and memory stays bounded, so a loop over a
+        whole dataset runs in flat memory.
         """
         order = np.arange(self.manifest.n_tiles) if tiles is None else np.asarray(tiles, dtype=np.int64)
         n_threads = self.n_threads
-        batch = batch or self.batch_size
-        if n_threads <= 1 or order.shape[0] <= 1:
+        n = order.shape[0]
+        if n == 0:
+            return
+        if n == 1 or (n_threads <= 1 and self.store.is_local):
             for t in order:
                 yield int(t), self.get(int(t), threads=n_threads)
             return
+        decode_ahead = max(1, batch or self.batch_size)
+        fetch_ahead = max(decode_ahead, 1 if self.store.is_local else self.store.io_concurrency)
+        sizes = self.manifest.tile_bytes
         pool = shared_pool()
-        for lo in range(0, order.shape[0], batch):
-            ids = [int(t) for t in order[lo : lo + batch]]
-            futures = [pool.submit(self.get, t, threads=1) for t in ids]
-            try:
-                for t, future in zip(ids, futures, strict=True):
-                    yield t, future.result()
-            finally:
-                for future in futures:
-                    future.cancel()
+        fetches: dict[int, Future[bytes]] = {}
+        decodes: deque[tuple[int, Future[DecodedTile]]] = deque()
+        next_fetch = next_decode = 0
+        ahead_bytes = 0  # compressed bytes fetched (or being fetched) and not yet decoded
+        try:
+            for i in range(n):
+                while next_fetch < n and next_fetch < i + fetch_ahead:
+                    size = int(sizes[order[next_fetch]])
+                    if next_fetch >= i + decode_ahead and ahead_bytes + size > self.prefetch_bytes:
+                        break
+                    t = int(order[next_fetch])
+                    with self._guard():
+                        cached = self.cache.get(t) is not None
+                    if not cached:
+                        fetches[next_fetch] = self._submit_fetch(t)
+                        ahead_bytes += size
+                    next_fetch += 1
+                while next_decode < n and next_decode <= i + decode_ahead:
+                    t = int(order[next_decode])
+                    fetched = fetches.pop(next_decode, None)
+                    if fetched is not None:
+                        ahead_bytes -= int(sizes[t])
+                    decodes.append((t, pool.submit(self.get, t, threads=1, fetched=fetched)))
+                    next_decode += 1
+                t, decoding = decodes.popleft()
+                yield t, decoding.result()
+        finally:
+            for _, decoding in decodes:
+                decoding.cancel()
+            for fetched in fetches.values():
+                fetched.cancel()
 
     @property
     def n_threads(self) -> int:
@@ -155,10 +196,20 @@ class TileReader:
         """Tiles decoded at once by :meth:`iter_tiles`."""
         return max(2, 2 * self.n_threads)
 
-    def _fetch_and_decode(self, tile: int, *, threads: int | None) -> DecodedTile:
-        name = tile_path(tile)
+    def _submit_fetch(self, tile: int) -> Future[bytes]:
+        """Start fetching tile ``tile`` whole: one request, its size taken from the manifest (no HEAD first).
+
+        One byte more than the manifest's size is asked for, so that a longer object shows (as a size that
+        disagrees with ``tile_bytes``) without a second request.
+        """
+        return self.store.submit_read(tile_path(tile), 0, int(self.manifest.tile_bytes[tile]) + 1)
+
+    def _fetch_and_decode(self, tile: int, *, threads: int | None, fetched: Future[bytes] | None = None) -> DecodedTile:
         try:
-            blob = self.store.read(name)
+            if fetched is None:
+                blob = self.store.read(tile_path(tile), 0, int(self.manifest.tile_bytes[tile]) + 1)
+            else:
+                blob = fetched.result()
         except MissingObjectError as exc:
             raise missing_tile(tile, self._fields).to_exception(self.store.url) from exc
         checker = decode_checked_tile(blob, tile, self._fields, url=self.store.url, threads=threads)
