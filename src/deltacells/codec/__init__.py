@@ -2,5 +2,17 @@
 
 from deltacells.codec._decode import DecodedTile, decode_tile
 from deltacells.codec._encode import ExceptionPolicyError, chunk_boundaries, encode_tile
+from deltacells.codec._partial import PrefixTooShortError, TilePrefix, decode_chunks, parse_prefix, prefix_size
 
-__all__ = ["DecodedTile", "ExceptionPolicyError", "chunk_boundaries", "decode_tile", "encode_tile"]
+__all__ = [
+    "DecodedTile",
+    "ExceptionPolicyError",
+    "chunk_boundaries",
+    "decode_tile",
+    "encode_tile",
+    "PrefixTooShortError",
+    "TilePrefix",
+    "decode_chunks",
+    "parse_prefix",
+    "prefix_size",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -33,6 +33,8 @@ from deltacells.codec._layout import (
 from deltacells.errors import FormatError, UnsupportedPlatformError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scipy import sparse
 
 #: Byte order of this host; a module attribute so that tests can simulate a big-endian machine.
@@ -71,6 +73,11 @@ class DecodedTile:
         Number of columns.
     inexact_in_float32
         Whether some count is above 2^24, where float32 stops being exact.
+    complete
+        Whether every chunk of the tile was decoded. A tile from
+        ``deltacells.codec.decode_chunks`` may not be: the cells of the chunks it
+        did not decode are empty rows, which do not mean that those cells have no
+        counts.
     """
 
     indptr: np.ndarray
@@ -78,6 +85,7 @@ class DecodedTile:
     data: np.ndarray
     n_genes: int
     inexact_in_float32: bool = False
+    complete: bool = True
 
     @property
     def n_cells(self) -> int:
@@ -110,7 +118,12 @@ class DecodedTile:
     def copy(self) -> DecodedTile:
         """The same tile in writable arrays of its own."""
         return DecodedTile(
-            self.indptr.copy(), self.indices.copy(), self.data.copy(), self.n_genes, self.inexact_in_float32
+            self.indptr.copy(),
+            self.indices.copy(),
+            self.data.copy(),
+            self.n_genes,
+            self.inexact_in_float32,
+            self.complete,
         )
 
     def freeze(self) -> DecodedTile:
@@ -118,6 +131,34 @@ class DecodedTile:
         for array in (self.indptr, self.indices, self.data):
             array.flags.writeable = False
         return self
+
+
+class ByteSource(Protocol):
+    """Where the frames of a tile are read from: absolute offsets of the tile object to bytes.
+
+    :class:`BlobSource` serves the whole object (what :func:`decode_tile` reads);
+    ``deltacells.codec._partial.PieceSource`` serves the byte ranges a reader fetched.
+    """
+
+    def read(self, start: int, length: int, where: str) -> memoryview:
+        """Return bytes ``[start, start + length)`` of the object (a view, no copy).
+
+        The range is inside the object (the chunk table has been checked);
+        ``where`` names the stream for an error if the source does not hold it.
+        """
+
+
+class BlobSource:
+    """A :class:`ByteSource` over the whole tile object: a slice of its memoryview, no copy."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+
+    def read(self, start: int, length: int, where: str) -> memoryview:
+        """Return bytes ``[start, start + length)`` of the object."""
+        return self.view[start : start + length]
 
 
 def require_little_endian() -> None:
@@ -175,13 +216,16 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     _check_indptr(indptr, header, name)
     table = read_chunk_table(view, header)
     check_chunk_table(table, indptr, header, name=name)
-    _check_frame_sizes(view, table, name)
+    source = BlobSource(view)
+    _check_frame_sizes(source, table, range(header.n_chunks), name)
 
     indices = np.empty(header.nnz, dtype=np.int32)
     data = np.empty(header.nnz, dtype=np.int32)
-    work = [
-        (view, table[c], indptr, header.n_genes, indices, data, f"{name}: chunk {c}") for c in range(header.n_chunks)
-    ]
+    work = []
+    for c in range(header.n_chunks):
+        row = table[c]
+        lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
+        work.append((source, row, indptr, header.n_genes, indices[lo:hi], data[lo:hi], f"{name}: chunk {c}"))
     n_threads = default_threads() if threads is None else threads
     if n_threads > 1 and header.n_chunks > 1 and header.nnz >= _PARALLEL_MIN_NNZ:
         large = [future.result() for future in [shared_pool().submit(_decode_chunk, *args) for args in work]]
@@ -210,14 +254,14 @@ def _check_indptr(indptr: np.ndarray, header: TileHeader, name: str) -> None:
         raise FormatError(msg)
 
 
-def _check_frame_sizes(view: memoryview, table: np.ndarray, name: str) -> None:
-    """Check every frame's declared size before any output is allocated."""
-    for c in range(table.shape[0]):
+def _check_frame_sizes(source: ByteSource, table: np.ndarray, chunks: Iterable[int], name: str) -> None:
+    """Check the declared size of every frame of ``chunks`` before any output is allocated."""
+    for c in chunks:
         row = table[c]
         n = int(row[NNZ_HI] - row[NNZ_LO])
         for field, off, length in (("gaps", GAPS_OFF, GAPS_LEN), ("vals", VALS_OFF, VALS_LEN)):
             where = f"{name}: chunk {c} {field} stream"
-            size = frame_content_size(_stream(view, row, off, length), where=where)
+            size = frame_content_size(_stream(source, row, off, length, where), where=where)
             if size != 2 * n:
                 msg = f"{where}: the zstd frame declares {size} bytes, the format requires 2 * {n} = {2 * n}"
                 raise FormatError(msg)
@@ -225,49 +269,52 @@ def _check_frame_sizes(view: memoryview, table: np.ndarray, name: str) -> None:
             if row[length] == 0:
                 continue
             where = f"{name}: chunk {c} {field} frame"
-            size = frame_content_size(_stream(view, row, off, length), where=where)
+            size = frame_content_size(_stream(source, row, off, length, where), where=where)
             if size % 8 or size // 8 > n:
                 msg = f"{where}: declares {size} bytes; must be 8 * k with k <= {n} (the chunk's nonzeros)"
                 raise FormatError(msg)
 
 
-def _stream(view: memoryview, row: np.ndarray, off: int, length: int) -> memoryview:
-    start = int(row[off])
-    return view[start : start + int(row[length])]
+def _stream(source: ByteSource, row: np.ndarray, off: int, length: int, where: str) -> memoryview:
+    return source.read(int(row[off]), int(row[length]), where)
 
 
 def _decode_chunk(
-    view: memoryview,
+    source: ByteSource,
     row: np.ndarray,
     indptr: np.ndarray,
     n_genes: int,
-    indices: np.ndarray,
-    data: np.ndarray,
+    out_indices: np.ndarray,
+    out_data: np.ndarray,
     where: str,
 ) -> bool:
-    """Decode one chunk into its slices of ``indices`` and ``data``; return whether a count exceeds 2^24."""
+    """Decode one chunk into ``out_indices`` and ``out_data``; return whether a count exceeds 2^24.
+
+    ``out_indices`` and ``out_data`` hold exactly the chunk's ``nnz_hi - nnz_lo``
+    nonzeros (e.g. its slices of the tile's arrays); ``indptr`` is the tile's.
+    """
     from deltacells.codec import _kernels  # numba loads on the first decode, not on import
 
     cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
     n = nnz_hi - nnz_lo
+    assert out_indices.shape[0] == n and out_data.shape[0] == n
+    gaps_where, vals_where = f"{where} gaps", f"{where} vals"
     gaps = np.frombuffer(
-        decompress_frame(_stream(view, row, GAPS_OFF, GAPS_LEN), 2 * n, where=f"{where} gaps"), np.uint8
+        decompress_frame(_stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where), 2 * n, where=gaps_where), np.uint8
     )
     vals = np.frombuffer(
-        decompress_frame(_stream(view, row, VALS_OFF, VALS_LEN), 2 * n, where=f"{where} vals"), np.uint8
+        decompress_frame(_stream(source, row, VALS_OFF, VALS_LEN, vals_where), 2 * n, where=vals_where), np.uint8
     )
-    out_indices = indices[nnz_lo:nnz_hi]
-    out_data = data[nnz_lo:nnz_hi]
     code, pos = _kernels.decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data)
     _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
     large = False
     if row[VEXC_LEN]:
-        positions, payloads = _exception_arrays(view, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
+        positions, payloads = _exception_arrays(source, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
         code, pos = _kernels.apply_value_exceptions(positions, payloads, out_data)
         _raise_kernel_error(code, pos, f"{where} vexc frame", "exception")
         large = bool(payloads.size and payloads.max() > FLOAT32_EXACT)
     if row[GEXC_LEN]:
-        positions, payloads = _exception_arrays(view, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
+        positions, payloads = _exception_arrays(source, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
         code, pos = _kernels.apply_gap_exceptions(
             positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
         )
@@ -278,9 +325,9 @@ def _decode_chunk(
 
 
 def _exception_arrays(
-    view: memoryview, row: np.ndarray, off: int, length: int, where: str
+    source: ByteSource, row: np.ndarray, off: int, length: int, where: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    frame = _stream(view, row, off, length)
+    frame = _stream(source, row, off, length, where)
     size = frame_content_size(frame, where=where)
     raw = np.frombuffer(decompress_frame(frame, size, where=where), dtype="<u4")
     k = raw.shape[0] // 2

@@ -28,20 +28,22 @@ T = TypeVar("T")
 DEFAULT_TIMEOUTS = {"connect": 10.0, "read": 30.0}
 
 
-def with_default_timeouts(protocol: str, options: Mapping[str, Any]) -> dict[str, Any]:
+def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connections: int = 64) -> dict[str, Any]:
     """``options`` plus deltacells' default timeouts for ``protocol``, where the user set none.
 
-    s3 (s3fs, botocore): ``config_kwargs`` ``connect_timeout`` / ``read_timeout``, and botocore's own retries
-    off (deltacells retries, once, for every filesystem alike). http(s) (aiohttp): ``client_kwargs["timeout"]``.
+    s3 (s3fs, botocore): ``config_kwargs`` ``connect_timeout`` / ``read_timeout``, 64 pooled connections, and
+    botocore's and s3fs's own retries off (deltacells retries, once, for every filesystem alike).
+    http(s) (aiohttp): ``client_kwargs["timeout"]``.
     """
     options = copy.copy(dict(options))
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", DEFAULT_TIMEOUTS["connect"])
         config.setdefault("read_timeout", DEFAULT_TIMEOUTS["read"])
-        config.setdefault("retries", {"max_attempts": 1})
+        config.setdefault("retries", {"total_max_attempts": 1})  # deltacells' RetryPolicy retries
+        config.setdefault("max_pool_connections", connections)  # botocore's default of 10 would cap concurrency
         options["config_kwargs"] = config
-        options.setdefault("retries", 1)  # s3fs's own retry loop: deltacells' RetryPolicy does it
+        options.setdefault("skip_instance_cache", True)  # an instance of its own, whose s3fs retries are set
     elif protocol in ("http", "https"):
         client = dict(options.get("client_kwargs") or {})
         if "timeout" not in client:
@@ -122,8 +124,11 @@ class FsspecStore(BaseStore):
         """The fsspec filesystem, created on first use in each process."""
         if self._fs is None or self._pid != os.getpid():
             protocol = fsspec.utils.get_protocol(self.url)
-            options = with_default_timeouts(protocol, self.storage_options)
+            connections = max(64, self._io_concurrency or DEFAULT_IO_CONCURRENCY)
+            options = with_default_timeouts(protocol, self.storage_options, connections=connections)
             self._fs, self._root = fsspec.core.url_to_fs(self.url, **options)
+            if protocol in ("s3", "s3a") and getattr(self._fs, "retries", 1) > 1 and options.get("skip_instance_cache"):
+                self._fs.retries = 1  # s3fs's own loop over its retryable errors: deltacells' RetryPolicy does it
             self._pid = os.getpid()
             self._limits: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         return self._fs

@@ -1,0 +1,164 @@
+"""moto's S3 server on 127.0.0.1, in a thread of the test process."""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+
+__all__ = ["ACCESS_KEY", "REGION", "SECRET_KEY", "S3Server"]
+
+#: The credentials every client of the test server uses; moto does not check signatures.
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+
+
+class S3Server:
+    """moto's S3-protocol server (:class:`moto.server.ThreadedMotoServer`) on 127.0.0.1.
+
+    moto's state (buckets, objects) is global to the process: every server started in one process, and
+    ``moto.mock_aws``, see the same buckets. Under pytest-xdist each worker is a process with its own server.
+
+    Parameters
+    ----------
+    port
+        The port to listen on; ``0`` lets the operating system choose a free one (so parallel test workers
+        never collide).
+
+    Examples
+    --------
+    >>> with S3Server() as server:  # doctest: +SKIP
+    ...     server.make_bucket("data")
+    ...     fs = s3fs.S3FileSystem(**server.storage_options())
+    ...     fs.pipe_file("data/key", b"payload")
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        self._port = port
+        self._server: ThreadedMotoServer | None = None
+        self._endpoint_url: str | None = None
+        self._client: BaseClient | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """The server's URL, ``http://127.0.0.1:PORT`` (only once started)."""
+        if self._endpoint_url is None:
+            msg = "the S3 server is not running: call start() first"
+            raise RuntimeError(msg)
+        return self._endpoint_url
+
+    def start(self) -> Self:
+        """Start the server in a daemon thread; returns once it accepts connections.
+
+        The ``werkzeug`` logger, if it has no level yet, is set to ``WARNING`` so that the server does not log
+        each request.
+
+        Returns
+        -------
+        S3Server
+            ``self``.
+        """
+        if self._server is not None:
+            msg = "the S3 server is already running"
+            raise RuntimeError(msg)
+        # werkzeug logs every request at INFO (to a stderr handler of its own unless the logger has a level)
+        werkzeug_logger = logging.getLogger("werkzeug")
+        if werkzeug_logger.level == logging.NOTSET:
+            werkzeug_logger.setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        self._server = server
+        self._endpoint_url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (doing nothing if it is not running)."""
+        server, self._server = self._server, None
+        self._endpoint_url = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if server is not None:
+            server.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def reset(self) -> None:
+        """Forget every bucket and object (``POST /moto-api/reset``); this resets all of moto in the process."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+    @property
+    def client(self) -> BaseClient:
+        """A synchronous botocore S3 client talking to the server directly (made on first use)."""
+        if self._client is None:
+            import botocore.config
+            import botocore.session
+
+            session = botocore.session.Session()
+            self._client = session.create_client(
+                "s3",
+                endpoint_url=self.endpoint_url,
+                region_name=REGION,
+                aws_access_key_id=ACCESS_KEY,
+                aws_secret_access_key=SECRET_KEY,
+                config=botocore.config.Config(retries={"max_attempts": 1}, s3={"addressing_style": "path"}),
+            )
+        return self._client
+
+    def make_bucket(self, name: str) -> str:
+        """Create a bucket on the server directly (not through any proxy).
+
+        Parameters
+        ----------
+        name
+            The bucket name (3-63 characters of lower-case letters, digits, ``-`` and ``.``).
+
+        Returns
+        -------
+        str
+            ``name``.
+        """
+        self.client.create_bucket(Bucket=name)
+        return name
+
+    def put_object(self, bucket: str, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key`` in ``bucket`` directly on the server (not through any proxy)."""
+        self.client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def storage_options(self, endpoint_url: str | None = None) -> dict[str, Any]:
+        """s3fs storage options (``S3FileSystem(**options)``) for this server or a proxy in front of it.
+
+        The options carry the credentials and the region, so neither s3fs nor botocore looks for credentials
+        elsewhere or asks the network for a region.
+
+        Parameters
+        ----------
+        endpoint_url
+            The endpoint s3fs talks to; the server itself by default.
+
+        Returns
+        -------
+        dict
+            ``key``, ``secret`` and ``client_kwargs`` (``endpoint_url``, ``region_name``).
+        """
+        return {
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {"endpoint_url": endpoint_url or self.endpoint_url, "region_name": REGION},
+        }
