@@ -215,7 +215,7 @@ class Dataset:
 
     def _gather_direct(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
         """Few tiles: decode them all, then copy the rows straight into the output."""
-        tiles = [tile for _, tile in self._tiles_for(needed)]
+        tiles = [tile for _, tile in self._tiles_for(needed, order, bounds, local)]
         for tile in tiles:
             self._check_precision(tile, dtype)
         lengths = np.zeros(n_out, dtype=np.int64)
@@ -236,7 +236,7 @@ class Dataset:
         """Rows in ascending order: stream the tiles, appending each one's rows to the output."""
         out_indptr = np.zeros(n_out + 1, dtype=np.int64)
         out_indices, out_data = _empty_output(capacity, dtype)
-        for k, (_, tile) in enumerate(self._tiles_for(needed)):
+        for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
             self._check_precision(tile, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
@@ -253,7 +253,7 @@ class Dataset:
         """Many tiles, any order: keep only each tile's selected rows, then assemble."""
         lengths = np.zeros(n_out, dtype=np.int64)
         parts = []
-        for k, (_, tile) in enumerate(self._tiles_for(needed)):
+        for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
             self._check_precision(tile, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
@@ -286,12 +286,22 @@ class Dataset:
     def _batch_size(self) -> int:
         return self._tiles.batch_size
 
-    def _tiles_for(self, needed: np.ndarray) -> Iterator[tuple[int, DecodedTile]]:
-        if needed.shape[0] == 1:
+    def _tiles_for(
+        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray
+    ) -> Iterator[tuple[int, DecodedTile]]:
+        """The decoded tiles ``needed``, in order.
+
+        On remote storage a tile needed for a few of its cells may come partial (read in ranges: only the
+        chunks holding those cells).
+        """
+        wanted = None
+        if not self.store.is_local:
+            wanted = [local[order[bounds[k] : bounds[k + 1]]] for k in range(needed.shape[0])]
+        if needed.shape[0] == 1 and (wanted is None or not self._tiles.reads_ranged(int(needed[0]), len(wanted[0]))):
             t = int(needed[0])
             yield t, self._tiles.get(t)
             return
-        yield from self._tiles.iter_tiles(needed)
+        yield from self._tiles.iter_tiles(needed, rows=wanted)
 
     # ------------------------------------------------------------------ sidecars
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.errors import MissingObjectError, OutOfRangeError
-from deltacells.format import decode_checked_tile, first_problem_raises, missing_tile, tile_path
+from deltacells.format import check_tile, decode_checked_tile, first_problem_raises, missing_tile, tile_path
 from deltacells.tiles._cache import TileCache
 
 if TYPE_CHECKING:
@@ -28,6 +28,19 @@ DEFAULT_TILE_CACHE_BYTES = 256 * 2**20
 
 #: Default bound on the compressed bytes fetched ahead of the decoders by :meth:`TileReader.iter_tiles`.
 DEFAULT_PREFETCH_BYTES = 256 * 2**20
+
+#: A tile of remote storage is read in ranges (its header, chunk table and indptr, then only the frames of the
+#: chunks holding the requested cells) when the bytes that is expected to move are at most this share of the
+#: tile; otherwise it is fetched whole (one request, and it can be cached).
+RANGED_MAX_SHARE = 0.5
+
+
+class _HeaderCounts(NamedTuple):
+    """What :func:`~deltacells.format.check_tile` compares with the manifest, from a tile's header."""
+
+    n_cells: int
+    nnz: int
+    n_genes: int
 
 
 class TileReader:
@@ -70,6 +83,7 @@ class TileReader:
         self.cache = TileCache(cache_bytes)
         self._fields = manifest.to_fields()
         self._decoded = 0
+        self._ranged = 0
         self._reset_locks()
 
     def _reset_locks(self) -> None:
@@ -82,6 +96,12 @@ class TileReader:
             self._reset_locks()
             self.cache.after_fork()
         return self._lock
+
+    @property
+    def tiles_read_ranged(self) -> int:
+        """Tiles read in ranges (partially) so far."""
+        with self._guard():
+            return self._ranged
 
     @property
     def tiles_decoded(self) -> int:
@@ -131,7 +151,11 @@ class TileReader:
         return decoded
 
     def iter_tiles(
-        self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None
+        self,
+        tiles: np.ndarray | list[int] | None = None,
+        *,
+        batch: int | None = None,
+        rows: Sequence[np.ndarray] | None = None,
     ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, fetching ahead and decoding in parallel.
 
@@ -140,18 +164,28 @@ class TileReader:
         decoders), decodes on the decoding threads, at most ``batch`` tiles (default: twice the threads)
         beyond the one yielded. Network and decoding overlap, and memory stays bounded, so a loop over a
         whole dataset runs in flat memory.
+
+        ``rows`` (the tile-local cells wanted, one array per tile of ``tiles``) lets a tile on remote
+        storage be read in ranges when only a small part of it is needed (see :meth:`reads_ranged`); such a
+        tile is yielded *partial* (``tile.complete`` is false: the cells of the chunks not read are empty)
+        and is not cached.
         """
         order = np.arange(self.manifest.n_tiles) if tiles is None else np.asarray(tiles, dtype=np.int64)
         n_threads = self.n_threads
         n = order.shape[0]
         if n == 0:
             return
-        if n == 1 or (n_threads <= 1 and self.store.is_local):
+        if rows is None:
+            ranged = [False] * n
+        else:
+            ranged = [self.reads_ranged(int(t), len(r)) for t, r in zip(order, rows, strict=True)]
+        if not any(ranged) and (n == 1 or (n_threads <= 1 and self.store.is_local)):
             for t in order:
                 yield int(t), self.get(int(t), threads=n_threads)
             return
+        local = self.store.is_local
         decode_ahead = max(1, batch or self.batch_size)
-        fetch_ahead = max(decode_ahead, 1 if self.store.is_local else self.store.io_concurrency)
+        fetch_ahead = max(decode_ahead + 1, 1 if local else self.store.io_concurrency)
         sizes = self.manifest.tile_bytes
         pool = shared_pool()
         fetches: dict[int, Future[bytes]] = {}
@@ -162,21 +196,29 @@ class TileReader:
             for i in range(n):
                 while next_fetch < n and next_fetch < i + fetch_ahead:
                     size = int(sizes[order[next_fetch]])
-                    if next_fetch >= i + decode_ahead and ahead_bytes + size > self.prefetch_bytes:
+                    if next_fetch > i + decode_ahead and ahead_bytes + size > self.prefetch_bytes:
                         break
                     t = int(order[next_fetch])
                     with self._guard():
                         cached = self.cache.get(t) is not None
-                    if not cached:
+                    if ranged[next_fetch] and not cached:
+                        assert rows is not None
+                        fetches[next_fetch] = self._submit_ranged_fetch(t, rows[next_fetch])
+                    elif not cached and not local:  # a local tile is read by its decoding task (the fast path)
                         fetches[next_fetch] = self._submit_fetch(t)
                         ahead_bytes += size
+                    else:
+                        ranged[next_fetch] = False
                     next_fetch += 1
                 while next_decode < n and next_decode <= i + decode_ahead:
                     t = int(order[next_decode])
                     fetched = fetches.pop(next_decode, None)
-                    if fetched is not None:
-                        ahead_bytes -= int(sizes[t])
-                    decodes.append((t, pool.submit(self.get, t, threads=1, fetched=fetched)))
+                    if ranged[next_decode]:
+                        decodes.append((t, pool.submit(self._decode_ranged, t, fetched)))
+                    else:
+                        if fetched is not None:
+                            ahead_bytes -= int(sizes[t])
+                        decodes.append((t, pool.submit(self.get, t, threads=1, fetched=fetched)))
                     next_decode += 1
                 t, decoding = decodes.popleft()
                 yield t, decoding.result()
@@ -195,6 +237,109 @@ class TileReader:
     def batch_size(self) -> int:
         """Tiles decoded at once by :meth:`iter_tiles`."""
         return max(2, 2 * self.n_threads)
+
+    def reads_ranged(self, tile: int, n_rows: int) -> bool:
+        """Whether :meth:`iter_tiles` reads ``n_rows`` cells of ``tile`` in ranges rather than whole.
+
+        Only on remote storage, for a tile not in the cache, when the expected bytes (the prefix of header,
+        chunk table and indptr, plus the chunks that ``n_rows`` cells spread at random would touch) are at
+        most :data:`RANGED_MAX_SHARE` of the tile. Ranged reads cost a second round trip (prefix, then
+        frames) and cannot check the tile's CRC-32, which covers the whole object; every other rule is
+        checked for what is read.
+        """
+        if self.store.is_local or n_rows <= 0:
+            return False
+        n_cells = int(self.manifest.tile_cells[tile])
+        n_chunks = min(int(self.manifest.n_chunks), n_cells)
+        if n_chunks <= 1:
+            return False
+        with self._guard():
+            if self.cache.get(tile) is not None:
+                return False
+        from deltacells.codec import prefix_size
+
+        size = int(self.manifest.tile_bytes[tile])
+        touched = 1.0 - (1.0 - 1.0 / n_chunks) ** n_rows  # expected share of the chunks
+        return prefix_size(n_cells, n_chunks) + touched * size <= RANGED_MAX_SHARE * size
+
+    def _submit_ranged_fetch(self, tile: int, rows: np.ndarray) -> Future[tuple[Any, dict[int, bytes], np.ndarray]]:
+        """Start reading the prefix of ``tile``, then the frames of the chunks that hold ``rows``.
+
+        Chained through callbacks (never blocking the thread that completes a request, which on an
+        asynchronous filesystem is the event loop's); the result is ``(prefix, pieces, chunks)``.
+        """
+        from deltacells.codec import PrefixTooShortError, parse_prefix, prefix_size
+
+        name = tile_path(tile)
+        size = int(self.manifest.tile_bytes[tile])
+        n_cells = int(self.manifest.tile_cells[tile])
+        where = f"{self.store.url.rstrip('/')}/{name}"
+        out: Future[tuple[Any, dict[int, bytes], np.ndarray]] = Future()
+        lock = threading.Lock()
+
+        def fail(exc: BaseException) -> None:
+            with lock:
+                if not out.done():
+                    out.set_exception(exc)
+
+        def on_prefix(request: Future[bytes]) -> None:
+            try:
+                prefix = parse_prefix(request.result(), object_size=size, name=where, n_cells=n_cells)
+            except PrefixTooShortError as short:
+                self.store.submit_read(name, 0, short.needed).add_done_callback(on_prefix)
+                return
+            except BaseException as exc:
+                fail(exc)
+                return
+            try:
+                chunks = prefix.chunks_for_cells(rows)
+                ranges = prefix.frame_ranges(chunks)
+            except BaseException as exc:
+                fail(exc)
+                return
+            pieces: dict[int, bytes] = {}
+            if not ranges:
+                out.set_result((prefix, pieces, chunks))
+                return
+            for start, end in ranges:
+                self.store.submit_read(name, start, end).add_done_callback(
+                    lambda piece, start=start: on_piece(piece, start, prefix, pieces, chunks, len(ranges))
+                )
+
+        def on_piece(
+            request: Future[bytes], start: int, prefix: Any, pieces: dict[int, bytes], chunks: np.ndarray, n: int
+        ) -> None:
+            try:
+                data = request.result()
+            except BaseException as exc:
+                fail(exc)
+                return
+            with lock:
+                if out.done():
+                    return
+                pieces[start] = data
+                if len(pieces) == n:
+                    out.set_result((prefix, pieces, chunks))
+
+        want = min(size, prefix_size(n_cells, min(int(self.manifest.n_chunks), n_cells)))
+        self.store.submit_read(name, 0, want).add_done_callback(on_prefix)
+        return out
+
+    def _decode_ranged(self, tile: int, fetched: Future[tuple[Any, dict[int, bytes], np.ndarray]]) -> DecodedTile:
+        """Decode the chunks a ranged fetch brought (a partial tile, checked against the manifest)."""
+        from deltacells.codec import decode_chunks
+
+        try:
+            prefix, pieces, chunks = fetched.result()
+        except MissingObjectError as exc:
+            raise missing_tile(tile, self._fields).to_exception(self.store.url) from exc
+        header = prefix.header
+        counts = _HeaderCounts(header.n_cells, header.nnz, header.n_genes)
+        first_problem_raises(check_tile(counts, tile, self._fields), self.store.url)
+        where = f"{self.store.url.rstrip('/')}/{tile_path(tile)}"
+        with self._guard():
+            self._ranged += 1
+        return decode_chunks(prefix, pieces, chunks, name=where, threads=1).freeze()
 
     def _submit_fetch(self, tile: int) -> Future[bytes]:
         """Start fetching tile ``tile`` whole: one request, its size taken from the manifest (no HEAD first).
