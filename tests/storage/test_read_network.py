@@ -318,3 +318,24 @@ def test_pickled_dataset_reads_the_same(s3_proxy: ProxiedS3Bucket, s3_dataset: s
     assert copy.store.io_concurrency == 3
     assert copy.store.storage_options == s3_proxy.storage_options
     _assert_same(copy.read_rows(slice(None)), source.X)
+
+
+def test_few_cells_of_a_tile_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, s3_dataset: str, source: ad.AnnData) -> None:
+    """One cell of a tile: its prefix (header, chunk table, indptr), then only the frames of one chunk."""
+    dataset = open_dataset(s3_dataset, storage_options=s3_proxy.storage_options, tile_cache_bytes=0)
+    dataset = dataset.with_gene_order("original")
+    size = int(dataset.manifest.tile_bytes[3])
+    s3_proxy.proxy.reset()
+    cells = np.array([3 * TILE_SIZE + 5, 7 * TILE_SIZE + 60])
+    _assert_same(dataset.read_rows(cells), source.X[cells])
+    for tile in (3, 7):
+        records = s3_proxy.proxy.requests(path_contains=f"tile_{tile:06d}.dct")
+        assert len(records) == 2, records  # the prefix, then one range of frames (one chunk)
+        assert all(record.range and record.range.startswith("bytes=") for record in records)
+        assert sum(record.bytes for record in records) < size / 2
+    assert dataset._tiles.tiles_read_ranged == 2
+    # many cells of a tile: one whole-object request (and the tile can be cached)
+    s3_proxy.proxy.reset()
+    many = np.arange(5 * TILE_SIZE, 6 * TILE_SIZE, 2)
+    _assert_same(dataset.read_rows(many), source.X[many])
+    assert s3_proxy.proxy.count(path_contains="tile_000005.dct") == 1
