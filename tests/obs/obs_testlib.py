@@ -150,15 +150,15 @@ def _log(path: str, line: str) -> None:
 
 
 class LoggingStore(Store):
-    """A read-only Store that logs whole reads and ranged opens to a file shared by processes."""
+    """A read-only Store that logs whole reads, ranged reads and ranged opens to a file shared by processes."""
 
     def __init__(self, url: Any, log_path: str) -> None:
         super().__init__(url)
         self.log_path = log_path
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
-        if start is None and end is None:
-            _log(self.log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
+        what = "read" if start is None and end is None else "range"
+        _log(self.log_path, f"{os.getpid()} {what} {name.rsplit('/', 1)[-1]}")
         return super().read(name, start, end)
 
     def open_file(self, path: str, size: int | None = None) -> Any:

@@ -26,6 +26,8 @@ from deltacells.obs import ObsStore, column_file_name, resolve_cache_dir
 
 TILE = 4  # sample_frame(30) in tiles of 4: 8 tiles
 PER_FILE = 3  # 3 shards
+#: The shards; each is so small that the one ranged read of its tail (for the footer) holds it whole.
+SHARDS = [f"obs/obs_{i:04d}.parquet" for i in range(3)]
 
 
 @pytest.fixture
@@ -77,22 +79,22 @@ def test_second_reader_reads_nothing_from_the_store(dataset: ObsDataset, cache: 
     assert first.store.shard_reads() == dataset.manifest.n_obs_shards  # each shard read whole, once
     second = dataset.open(cache)
     pd.testing.assert_frame_equal(second.to_dataframe(), frame)
-    assert second.store.reads == {} and second.store.opens == {}, "not even obs/schema.json (kept in the cache)"
+    assert second.store.reads == {} and second.store.ranged == {}, "not even obs/schema.json (kept in the cache)"
 
 
 def test_verified_shards_are_not_read_whole_again(dataset: ObsDataset, cache: Path) -> None:
     first = dataset.open(cache)
     first.localize(["n_counts"])
-    assert first.store.shard_reads() == 3 and first.store.opens == {}
+    assert first.store.shard_reads() == 3 and first.store.ranged == {}
     second = dataset.open(cache)
     pd.testing.assert_series_equal(second.read_column("pct"), dataset.frame["pct"])
     assert second.store.shard_reads() == 0, "verified.json says the shards were checked"
-    assert sorted(second.store.opens.values()) == [1, 1, 1]  # one ranged pass per shard (pct and _index)
+    assert second.store.ranged == dict.fromkeys(SHARDS, 1)  # one ranged read per shard (pct and _index)
     # without the record, shards are checked again (read whole once each)
     (second.directory / "verified.json").write_text("{not json")
     third = dataset.open(cache)
     third.localize(["flag"])
-    assert third.store.shard_reads() == 3 and third.store.opens == {}
+    assert third.store.shard_reads() == 3 and third.store.ranged == {}
     assert json.loads((third.directory / "verified.json").read_text())["shards"].keys() == {"0", "1", "2"}
 
 
@@ -100,15 +102,15 @@ def test_same_store_object_localizes_later_columns_with_ranged_reads(dataset: Ob
     obs = dataset.open(cache)
     obs.localize("note")
     obs.localize(["note"])  # already there: nothing happens
-    assert obs.store.shard_reads() == 3 and obs.store.opens == {}
+    assert obs.store.shard_reads() == 3 and obs.store.ranged == {}
     obs.localize(["flag", "pct"])
-    assert obs.store.shard_reads() == 3 and sum(obs.store.opens.values()) == 3
+    assert obs.store.shard_reads() == 3 and obs.store.ranged == dict.fromkeys(SHARDS, 1)
 
 
 def test_verify_false_never_reads_whole_shards(dataset: ObsDataset, cache: Path) -> None:
     obs = dataset.open(cache, verify=False)
     pd.testing.assert_frame_equal(obs.to_dataframe(), dataset.frame)
-    assert obs.store.shard_reads() == 0 and sum(obs.store.opens.values()) == 3
+    assert obs.store.shard_reads() == 0 and obs.store.ranged == dict.fromkeys(SHARDS, 1)
     assert not (obs.directory / "verified.json").exists()
 
 
@@ -196,7 +198,7 @@ def test_damaged_cache_file_is_replaced(dataset: ObsDataset, cache: Path, damage
     second = dataset.open(cache)
     pd.testing.assert_series_equal(second.read_column(column), dataset.frame[column], check_exact=True)
     assert path.read_bytes() == good, "the damaged file is deleted and fetched again"
-    assert sum(second.store.opens.values()) == 3, "fetched again (by ranged reads: the shards were verified)"
+    assert second.store.ranged == dict.fromkeys(SHARDS, 1), "fetched again (by ranged reads: the shards were verified)"
     assert not list(first.directory.glob("*.tmp"))
 
 

@@ -309,7 +309,7 @@ def test_round_trip_hypothesis(
         again = dataset.open(root / "cache", verify=verify)
         column = frame.columns[0]
         pd.testing.assert_series_equal(again.read_column(column), frame[column], check_exact=True)
-        assert again.store.shard_reads() == 0 and not again.store.opens
+        assert again.store.shard_reads() == 0 and not again.store.ranged
 
 
 @pytest.mark.parametrize("verify", [True, False])

@@ -44,7 +44,7 @@ from deltacells.obs._files import (
     read_column_file,
     remove_stale_temporaries,
 )
-from deltacells.obs._shards import read_shard_bytes, tile_columns
+from deltacells.obs._shards import fetch_shards, tile_columns
 from deltacells.storage import BaseStore
 
 __all__ = ["ObsCacheError", "ObsStore", "resolve_cache_dir"]
@@ -364,7 +364,13 @@ class ObsStore:
         return False
 
     def _fetch(self, names: list[str]) -> None:
-        """Under the lock: read the columns ``names`` from every shard and write their cache files."""
+        """Under the lock: read the columns ``names`` from every shard and write their cache files.
+
+        The shards are fetched a batch at a time, the next batch while this one is decoded
+        (:func:`~deltacells.obs._shards.fetch_shards`): a shard not verified yet is read whole, in concurrent
+        blocks, checked and decoded from memory; any other costs a ranged read of its footer and the
+        coalesced column chunks of ``names``.
+        """
         schema = self.schema
         manifest = self.manifest
         verified = self._read_verified()
@@ -380,16 +386,18 @@ class ObsStore:
                     fingerprint=str(manifest.obs_fingerprint),
                     guard=self._cache_io,
                 )
-            for shard in range(manifest.n_obs_shards):
-                sha = manifest.obs_shard_sha256[shard]
-                blob = None
-                if self.verify and verified.get(str(shard)) != sha:
-                    blob = read_shard_bytes(self.store, manifest, shard)
-                for _tile, arrays in tile_columns(self.store, manifest, schema, shard, names, blob=blob):
-                    for name, file in files.items():
-                        file.write(arrays[name])
-                if blob is not None:
-                    newly[str(shard)] = sha
+            shas = manifest.obs_shard_sha256
+            plan = [
+                (shard, self.verify and verified.get(str(shard)) != shas[shard])
+                for shard in range(manifest.n_obs_shards)
+            ]
+            with contextlib.closing(fetch_shards(self.store, manifest, schema, plan, names)) as shards:
+                for fetched in shards:
+                    for _tile, arrays in tile_columns(self.store, manifest, schema, fetched, names):
+                        for name, file in files.items():
+                            file.write(arrays[name])
+                    if fetched.verified:
+                        newly[str(fetched.shard)] = shas[fetched.shard]
             for file in files.values():
                 file.commit()
         except BaseException:
