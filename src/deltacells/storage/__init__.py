@@ -11,6 +11,7 @@ data), so that dask workers and data-loader processes can each open their own.
 from __future__ import annotations
 
 from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.storage._faults import RetryPolicy
 from deltacells.storage._file import StoreFile
 from deltacells.storage._fsspec import FsspecStore
 from deltacells.storage._open import open_store
@@ -18,4 +19,4 @@ from deltacells.storage._prefix import PrefixStore
 
 Store = FsspecStore
 
-__all__ = ["BaseStore", "ByteRequest", "FsspecStore", "PrefixStore", "Store", "StoreFile", "open_store"]
+__all__ = ["BaseStore", "ByteRequest", "FsspecStore", "PrefixStore", "RetryPolicy", "Store", "StoreFile", "open_store"]

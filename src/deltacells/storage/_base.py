@@ -55,7 +55,7 @@ class BaseStore(abc.ABC):
 
     @property
     def io_concurrency(self) -> int:
-        """The most requests this store has in flight at once (:meth:`submit_read`, :meth:`submit_write`)."""
+        """The most requests this store has in flight at once (``submit_read``, ``submit_write``)."""
         return DEFAULT_LOCAL_IO_CONCURRENCY if self.is_local else DEFAULT_IO_CONCURRENCY
 
     def __repr__(self) -> str:
@@ -124,7 +124,7 @@ class BaseStore(abc.ABC):
         return results
 
     def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
-        """Start :meth:`read` apart from the calling thread; at most :attr:`io_concurrency` run at once.
+        """Start ``read`` apart from the calling thread; at most ``io_concurrency`` run at once.
 
         The default runs :meth:`read` on a thread pool of the store's own (not the decoding pool, so that
         fetching and decoding overlap); stores with an asynchronous client override it.
@@ -132,7 +132,7 @@ class BaseStore(abc.ABC):
         return self._io_pool().submit(self.read, path, start, end)
 
     def submit_write(self, path: str, data: bytes) -> Future[None]:
-        """Start :meth:`write` apart from the calling thread (see :meth:`submit_read`)."""
+        """Start ``write`` apart from the calling thread (see ``submit_read``)."""
         return self._io_pool().submit(self.write, path, data)
 
     def _io_pool(self) -> ThreadPoolExecutor:

@@ -78,7 +78,7 @@ class FsspecStore(BaseStore):
     storage_options
         Passed to the fsspec filesystem (credentials, endpoint, timeouts...). For s3 and http(s), connect and
         read timeouts of 10 s and 30 s are added unless these options set their own (see
-        :data:`DEFAULT_TIMEOUTS`).
+        ``DEFAULT_TIMEOUTS``).
     io_concurrency
         The most requests in flight at once (default 32 on remote filesystems, 8 on a local disk).
     retry
@@ -168,14 +168,14 @@ class FsspecStore(BaseStore):
         """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`).
 
         One request per call: pass the range (e.g. ``0, size`` with the size from the manifest) and s3fs sends
-        no HEAD first. Transient failures are retried (:attr:`retry`); errors name the object's URL.
+        no HEAD first. Transient failures are retried (``retry``); errors name the object's URL.
         """
         if self.is_async:
             return self.submit_read(path, start, end).result()
         return self._retrying(path, lambda: self._read_sync(path, start, end))
 
     def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
-        """Start a read; at most :attr:`io_concurrency` in flight.
+        """Start a read; at most ``io_concurrency`` in flight.
 
         On an asynchronous filesystem the read is a coroutine on fsspec's event loop, else it runs on the
         store's I/O threads.
@@ -228,7 +228,7 @@ class FsspecStore(BaseStore):
             number += 1
 
     def _retrying(self, path: str, attempt: Callable[[], T]) -> T:
-        """Run the blocking ``attempt`` with the retries of :attr:`retry` (no timeout of ours: the call blocks)."""
+        """Run the blocking ``attempt`` with the retries of ``retry`` (no timeout of ours: the call blocks)."""
         policy = self.retry
         number = 1
         while True:
@@ -294,7 +294,7 @@ class FsspecStore(BaseStore):
                 os.remove(tmp)
 
     def submit_write(self, path: str, data: bytes) -> Future[None]:
-        """Start a write (see :meth:`submit_read`); an object appears whole or not at all."""
+        """Start a write (see ``submit_read``); an object appears whole or not at all."""
         if not self.is_async:
             return super().submit_write(path, data)
         full = self._full(path)

@@ -160,13 +160,13 @@ class TileReader:
         """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, fetching ahead and decoding in parallel.
 
         A pipeline of two stages: fetches run on the store's own concurrency (up to
-        ``store.io_concurrency`` requests, and :attr:`prefetch_bytes` of compressed tiles, ahead of the
+        ``store.io_concurrency`` requests, and ``prefetch_bytes`` of compressed tiles, ahead of the
         decoders), decodes on the decoding threads, at most ``batch`` tiles (default: twice the threads)
         beyond the one yielded. Network and decoding overlap, and memory stays bounded, so a loop over a
         whole dataset runs in flat memory.
 
         ``rows`` (the tile-local cells wanted, one array per tile of ``tiles``) lets a tile on remote
-        storage be read in ranges when only a small part of it is needed (see :meth:`reads_ranged`); such a
+        storage be read in ranges when only a small part of it is needed (see ``reads_ranged``); such a
         tile is yielded *partial* (``tile.complete`` is false: the cells of the chunks not read are empty)
         and is not cached.
         """
@@ -239,11 +239,11 @@ class TileReader:
         return max(2, 2 * self.n_threads)
 
     def reads_ranged(self, tile: int, n_rows: int) -> bool:
-        """Whether :meth:`iter_tiles` reads ``n_rows`` cells of ``tile`` in ranges rather than whole.
+        """Whether ``iter_tiles`` reads ``n_rows`` cells of ``tile`` in ranges rather than whole.
 
         Only on remote storage, for a tile not in the cache, when the expected bytes (the prefix of header,
         chunk table and indptr, plus the chunks that ``n_rows`` cells spread at random would touch) are at
-        most :data:`RANGED_MAX_SHARE` of the tile. Ranged reads cost a second round trip (prefix, then
+        most ``RANGED_MAX_SHARE`` of the tile. Ranged reads cost a second round trip (prefix, then
         frames) and cannot check the tile's CRC-32, which covers the whole object; every other rule is
         checked for what is read.
         """
