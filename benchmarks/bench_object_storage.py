@@ -7,6 +7,7 @@ round trip) and counts requests, bytes and requests in flight. Measured, for eac
 
 * full scan: every tile fetched and decoded in order (``Dataset.iter_tiles``, what a loader or a map over
   the dataset does), cells per second;
+* fetch only: every tile fetched as the scan fetches them, nothing decoded (what the storage alone allows);
 * random subsets of 0.1%, 1% and 10% of the cells (``Dataset.read_rows`` of sorted random cells): cells per
   second of the dataset's size, requests, bytes moved and their share of the dataset's tile bytes.
 
@@ -46,6 +47,16 @@ def _scan(url: str, options: dict[str, Any] | None) -> tuple[float, int]:
     for _, tile in dataset.iter_tiles():
         cells += tile.n_cells
     return time.perf_counter() - t0, cells
+
+
+def _fetch_only(url: str, options: dict[str, Any] | None) -> float:
+    """Every tile fetched (as the scan fetches them), nothing decoded: what the storage alone allows."""
+    dataset = open_dataset(url, storage_options=options, tile_cache_bytes=0)
+    sizes = dataset.manifest.tile_bytes
+    requests = [(f"tiles/tile_{t:06d}.dct", 0, int(sizes[t]) + 1) for t in range(dataset.n_tiles)]
+    t0 = time.perf_counter()
+    dataset.store.read_many(requests)
+    return time.perf_counter() - t0
 
 
 def _subset(url: str, options: dict[str, Any] | None, cells: np.ndarray) -> float:
@@ -97,6 +108,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=100_000)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--tile-size", type=int, default=2048)
+    parser.add_argument("--n-chunks", type=int, default=8, help="chunks per tile (the granularity of ranged reads)")
     parser.add_argument("--latency", type=float, default=0.03, help="seconds added to each request")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.001, 0.01, 0.1])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measure (the best is kept)")
@@ -141,13 +153,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         local = str(Path(tmp) / "ds")
-        deltacells.write_deltacells(adata, local, tile_size=args.tile_size, level=3, obs_columns=[], progress=False)
+        deltacells.write_deltacells(
+            adata, local, tile_size=args.tile_size, n_chunks=args.n_chunks, level=3, obs_columns=[], progress=False
+        )
         bucket = server.make_bucket(f"bench-{uuid.uuid4().hex[:8]}")
         url = f"s3://{bucket}/ds"
         deltacells.write_deltacells(
             adata,
             url,
             tile_size=args.tile_size,
+            n_chunks=args.n_chunks,
             level=3,
             obs_columns=[],
             progress=False,
@@ -166,7 +181,8 @@ def main() -> None:
             for place, (where, proxy) in places.items():
                 options = server.storage_options(proxy_urls[proxy]) if proxy is not None else None
                 row: dict[str, Any] = {}
-                measures: list[tuple[str, Any]] = [("full scan", None)] + [(f"{f:.1%} random", f) for f in subsets]
+                measures: list[tuple[str, Any]] = [("full scan", None), ("fetch only", "fetch")]
+                measures += [(f"{f:.1%} random", f) for f in subsets]
                 for name, fraction in measures:
                     best, stats = float("inf"), None
                     for _ in range(args.repeat):
@@ -175,13 +191,15 @@ def main() -> None:
                         if fraction is None:
                             seconds, cells = _scan(where, options)
                             assert cells == args.cells
+                        elif fraction == "fetch":
+                            seconds = _fetch_only(where, options)
                         else:
                             seconds = _subset(where, options, subsets[fraction])
                         if seconds < best:
                             best = seconds
                             stats = command("stats", proxy) if proxy is not None else None
                     entry: dict[str, Any] = {"seconds": round(best, 4), "cells_per_s": round(args.cells / best)}
-                    if fraction is not None:
+                    if fraction not in (None, "fetch"):
                         entry["cells_read"] = int(subsets[fraction].shape[0])
                     if stats:
                         entry.update(stats, share_of_tile_bytes=round(stats["bytes"] / tile_bytes, 4))
@@ -194,7 +212,8 @@ def main() -> None:
     local_scan = results["local disk"]["full scan"]["cells_per_s"]
     print(
         f"{args.cells:,} cells x {args.genes:,} genes ({nnz / args.cells:.0f} nonzeros per cell), "
-        f"{manifest.n_tiles} tiles of {args.tile_size}, {tile_bytes / 2**20:.1f} MiB of tiles, zstd 3; "
+        f"{manifest.n_tiles} tiles of {args.tile_size} ({args.n_chunks} chunks), "
+        f"{tile_bytes / 2**20:.1f} MiB of tiles, zstd 3; "
         f"{platform.machine()}, {os.cpu_count()} CPUs; best of {args.repeat}"
     )
     header = f"{'':<16}{'measure':<14}{'cells/s':>11}{'vs local':>10}{'requests':>10}{'MiB moved':>11}{'share':>8}"

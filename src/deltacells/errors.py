@@ -24,6 +24,7 @@ __all__ = [
     "InvalidValueError",
     "MissingObjectError",
     "NotInMemoryError",
+    "PrefixTooShortError",
     "StorageAccessError",
     "StorageError",
     "StorageTimeoutError",
@@ -95,6 +96,35 @@ class OutOfRangeError(DeltaCellsError, IndexError):
 
 class OutputExistsError(DeltaCellsError, FileExistsError):
     """The output path holds a dataset or other files, and overwriting was not asked for."""
+
+
+class PrefixTooShortError(DeltaCellsError):
+    """The bytes given to :func:`deltacells.codec.parse_prefix` end before the tile's indptr does.
+
+    Not a :class:`~deltacells.FormatError`: the object is large enough for what its
+    header claims, the caller fetched too little of it. Fetch the first ``needed``
+    bytes and parse again.
+
+    Attributes
+    ----------
+    needed
+        Bytes from offset 0 that hold the header, chunk table and indptr (never more
+        than the object size).
+    got
+        Bytes that were given.
+    """
+
+    def __init__(self, needed: int, got: int, name: str = "tile") -> None:
+        self.needed = needed
+        self.got = got
+        self.name = name
+        super().__init__(
+            f"{name}: the header, chunk table and indptr end at byte {needed}, but only the first {got} bytes "
+            f"were given; fetch [0, {needed}) and parse again"
+        )
+
+    def __reduce__(self) -> tuple[type[PrefixTooShortError], tuple[int, int, str]]:
+        return (type(self), (self.needed, self.got, self.name))
 
 
 class StorageError(DeltaCellsError, OSError):

@@ -53,7 +53,13 @@ from deltacells.codec._layout import (
     check_chunk_table,
     read_chunk_table,
 )
-from deltacells.errors import DeltaCellsError, FormatError, InvalidTypeError, InvalidValueError, OutOfRangeError
+from deltacells.errors import (
+    FormatError,
+    InvalidTypeError,
+    InvalidValueError,
+    OutOfRangeError,
+    PrefixTooShortError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,35 +70,6 @@ __all__ = ["PieceSource", "PrefixTooShortError", "TilePrefix", "decode_chunks", 
 DEFAULT_MAX_GAP = 4096
 
 _FRAME_COLUMNS = ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN), (VEXC_OFF, VEXC_LEN), (GEXC_OFF, GEXC_LEN))
-
-
-class PrefixTooShortError(DeltaCellsError):
-    """The bytes given to :func:`parse_prefix` end before the tile's indptr does.
-
-    Not a :class:`~deltacells.FormatError`: the object is large enough for what its
-    header claims, the caller fetched too little of it. Fetch the first ``needed``
-    bytes and parse again.
-
-    Attributes
-    ----------
-    needed
-        Bytes from offset 0 that hold the header, chunk table and indptr (never more
-        than the object size).
-    got
-        Bytes that were given.
-    """
-
-    def __init__(self, needed: int, got: int, name: str = "tile") -> None:
-        self.needed = needed
-        self.got = got
-        self.name = name
-        super().__init__(
-            f"{name}: the header, chunk table and indptr end at byte {needed}, but only the first {got} bytes "
-            f"were given; fetch [0, {needed}) and parse again"
-        )
-
-    def __reduce__(self) -> tuple[type[PrefixTooShortError], tuple[int, int, str]]:
-        return (type(self), (self.needed, self.got, self.name))
 
 
 def prefix_size(n_cells: int, n_chunks: int) -> int:
