@@ -99,7 +99,7 @@ class OutputExistsError(DeltaCellsError, FileExistsError):
 
 
 class PrefixTooShortError(DeltaCellsError):
-    """The bytes given to :func:`deltacells.codec.parse_prefix` end before the tile's indptr does.
+    """The bytes given to ``deltacells.codec.parse_prefix`` end before the tile's indptr does.
 
     Not a :class:`~deltacells.FormatError`: the object is large enough for what its
     header claims, the caller fetched too little of it. Fetch the first ``needed``
