@@ -42,10 +42,13 @@ class DatasetWriter:
     """Write a dataset from consecutive row blocks of a count matrix, with its genes, obs and manifest.
 
     Rows arrive in blocks of any size (:meth:`write`) and become tiles as they fill (a
-    :class:`~deltacells.tiles.TileWriter` encodes them in parallel, memory bounded by a few tiles).
-    :meth:`close` writes the last tile, the gene order, gene names and gene table, the obs sidecar and, last
-    of all, ``manifest.json``. Used as a context manager, an exception aborts the write: no manifest is
-    written and what was written is removed.
+    :class:`~deltacells.tiles.TileWriter` encodes them in parallel and uploads them while it encodes the
+    next ones; memory is bounded by a few tiles plus the uploads pending, by default 256 MiB at most).
+    :meth:`close` writes the gene order, gene names and gene table (uploaded with the last tiles), waits for
+    every tile, writes the obs sidecar (each shard uploaded while the next is built) and, once all of these
+    are stored, writes ``manifest.json``, last of all. A failed upload fails the write (at the next tile, or
+    at :meth:`close`). Used as a context manager, an exception aborts the write: no manifest is written and
+    what was written is removed.
 
     With ``overwrite=True`` an existing dataset stays whole and readable until the new one is complete: the
     new one is written under a staging prefix inside the root and swapped in by :meth:`close` (see
@@ -149,6 +152,10 @@ class DatasetWriter:
             self._target, self.n_genes, tile_size=tile_size, n_chunks=n_chunks, level=level, columns=columns,
             threads=threads,
         )  # fmt: skip
+        self._uploads = self._tiles.uploads  # the sidecars too: one bound on the bytes pending
+        root = self.store.local_path("") if self.store.is_local else None
+        if root is not None:  # the root exists once the writer is open, whether or not a tile gets stored
+            os.makedirs(root, exist_ok=True)
         self.tile_size = self._tiles.tile_size
         self.n_chunks = self._tiles.n_chunks
         self.level = self._tiles.level
@@ -194,16 +201,27 @@ class DatasetWriter:
             raise
 
     def close(self) -> Manifest:
-        """Finish: the last tile, the optional files, obs, then ``manifest.json``. Returns the manifest."""
+        """Finish: the last tile, the optional files and obs, all stored, then ``manifest.json``.
+
+        Returns
+        -------
+        Manifest
+            What ``manifest.json`` holds.
+
+        Raises
+        ------
+        Exception
+            The first write that failed (naming the object); the write is aborted and no manifest is written.
+        """
         if self._aborted:
             self._check_open()
         if self._closed:
             assert self.manifest is not None
             return self.manifest
         try:
-            tiles = self._tiles.finish()
-            self._write_sidecars()
-            obs_fields = self._write_obs(tiles.tile_cells)
+            self._write_sidecars()  # uploaded with the last tiles
+            tiles = self._tiles.finish()  # returns once every tile and sidecar is stored
+            obs_fields = self._write_obs(tiles.tile_cells)  # returns once obs is stored
             self.manifest = Manifest(
                 n_cells=tiles.n_cells,
                 n_genes=self.n_genes,
@@ -272,16 +290,17 @@ class DatasetWriter:
         return result.manifest_fields()
 
     def _write_sidecars(self) -> None:
+        """Submit the gene order, gene names and gene table (waited for with the tiles)."""
         if self.gene_order is not None:
             buffer = io.BytesIO()
             np.save(buffer, self.gene_order.astype(GENE_ORDER_DTYPE), allow_pickle=False)
-            self._target.write(GENE_ORDER_NAME, buffer.getvalue())
+            self._uploads.submit(GENE_ORDER_NAME, buffer.getvalue())
         if self.var_names is not None:
             names = self.var_names if self.gene_order is None else [self.var_names[i] for i in self.gene_order]
-            self._target.write(VAR_NAMES_NAME, "".join(f"{name}\n" for name in names).encode("utf-8"))
+            self._uploads.submit(VAR_NAMES_NAME, "".join(f"{name}\n" for name in names).encode("utf-8"))
         if self.var is not None:
             var = self.var if self.gene_order is None else self.var.iloc[self.gene_order]
-            self._target.write(VAR_TABLE_NAME, var_table_bytes(var))
+            self._uploads.submit(VAR_TABLE_NAME, var_table_bytes(var))
 
 
 def var_table_bytes(var: pd.DataFrame) -> bytes:

@@ -1,8 +1,15 @@
-"""Writing obs: ``obs/schema.json`` and the shards ``obs/obs_NNNN.parquet``, one row group per tile."""
+"""Writing obs: ``obs/schema.json`` and the shards ``obs/obs_NNNN.parquet``, one row group per tile.
+
+Each shard is uploaded (:meth:`~deltacells.storage.BaseStore.submit_write`) while the next one is built, one
+upload at a time and in order (so a killed writer leaves the first shards, never a later one without an
+earlier one, and memory holds two shards at most); :func:`write_obs` returns once all are stored.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +74,7 @@ def write_obs(
     obs_tiles_per_file: int = DEFAULT_OBS_TILES_PER_FILE,
     max_categories: int = DEFAULT_MAX_CATEGORIES,
 ) -> ObsWriteResult:
-    """Write the obs table of a dataset: its shards, then ``obs/schema.json``.
+    """Write the obs table of a dataset: its shards, then ``obs/schema.json``, each uploaded as the next is built.
 
     Parameters
     ----------
@@ -85,13 +92,16 @@ def write_obs(
     Returns
     -------
     ObsWriteResult
-        The fields the manifest needs (shard sizes and hashes, fingerprint) and the schema.
+        The fields the manifest needs (shard sizes and hashes, fingerprint) and the schema; every file is
+        stored when it returns.
 
     Raises
     ------
     ValueError, TypeError
         For columns obs cannot store (naming the column, its dtype and how to convert it), column names
         that are not unique strings or are ``_index``, or a row count that differs from ``tile_cells``.
+    Exception
+        The first upload that failed (naming the object); the one in flight, if any, is waited for.
     """
     if not isinstance(obs, pd.DataFrame):
         msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
@@ -117,13 +127,19 @@ def write_obs(
     starts = limits - cells
     shard_bytes: list[int] = []
     shard_sha256: list[str] = []
-    for shard, first in enumerate(range(0, cells.shape[0], per_file)):
-        tiles = range(first, min(first + per_file, cells.shape[0]))
-        blob = _shard_bytes(table, schema, [(int(starts[t]), int(cells[t])) for t in tiles])
-        store.write(obs_shard_path(shard), blob)
-        shard_bytes.append(len(blob))
-        shard_sha256.append(hashlib.sha256(blob).hexdigest())
-    store.write(OBS_SCHEMA_NAME, schema_text.encode("utf-8"))
+    uploads = _InOrder(store)
+    try:
+        for shard, first in enumerate(range(0, cells.shape[0], per_file)):
+            tiles = range(first, min(first + per_file, cells.shape[0]))
+            blob = _shard_bytes(table, schema, [(int(starts[t]), int(cells[t])) for t in tiles])
+            shard_bytes.append(len(blob))
+            shard_sha256.append(hashlib.sha256(blob).hexdigest())
+            uploads.submit(obs_shard_path(shard), blob)
+        uploads.submit(OBS_SCHEMA_NAME, schema_text.encode("utf-8"))
+        uploads.wait()
+    except BaseException:
+        uploads.abort()
+        raise
     return ObsWriteResult(
         obs_tiles_per_file=per_file,
         shard_bytes=tuple(shard_bytes),
@@ -131,6 +147,44 @@ def write_obs(
         fingerprint=obs_fingerprint(schema_text, cells.tolist(), shard_sha256),
         schema=schema,
     )
+
+
+class _InOrder:
+    """Objects uploaded one at a time, in order, apart from the caller (who builds the next one meanwhile)."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self.store = store
+        self._pending: Future[None] | None = None
+
+    def submit(self, path: str, data: bytes) -> None:
+        """Wait for the previous upload (raising its failure), then start uploading ``data`` to ``path``.
+
+        Raises
+        ------
+        Exception
+            The failure of the previous upload (naming its object).
+        """
+        self.wait()
+        self._pending = self.store.submit_write(path, data)
+
+    def wait(self) -> None:
+        """Wait for the upload in flight, if any.
+
+        Raises
+        ------
+        Exception
+            Its failure (naming the object).
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def abort(self) -> None:
+        """Cancel the upload in flight if it has not started, else wait for it; its failure is dropped."""
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.cancel():
+            with contextlib.suppress(Exception):
+                pending.result()
 
 
 def _shard_bytes(table: pa.Table, schema: ObsSchema, row_groups: list[tuple[int, int]]) -> bytes:

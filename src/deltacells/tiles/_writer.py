@@ -1,9 +1,17 @@
-"""Writing tiles: consecutive rows of a count matrix in, encoded tiles stored, a bounded number in flight."""
+"""Writing tiles: consecutive rows of a count matrix in, encoded tiles stored, a bounded number in flight.
+
+Encoding and storing overlap: each encoded tile is handed to ``BaseStore.submit_write`` (a PUT on object
+storage, a thread of the store's on a local disk) and the encoder goes on with the next tile. The uploads not
+yet finished are a :class:`PendingWrites`, bounded by count and by bytes: when uploads lag behind, the
+encoding threads wait there (back-pressure), so memory stays bounded whatever the size of the matrix.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +27,167 @@ from deltacells.tiles._counts import to_count_csr
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_CHUNKS", "DEFAULT_TILE_SIZE", "TileList", "TileWriter", "check_tile_settings"]
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_MAX_PENDING_BYTES",
+    "DEFAULT_N_CHUNKS",
+    "DEFAULT_TILE_SIZE",
+    "PendingWrites",
+    "TileList",
+    "TileWriter",
+    "check_tile_settings",
+]
 
 #: Cells per tile unless the caller says otherwise.
 DEFAULT_TILE_SIZE = 2048
+
+#: Bytes of submitted writes not yet finished that a writer lets pile up before the encoder waits (256 MiB).
+DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
+
+
+class PendingWrites:
+    """Writes submitted to a store and not finished yet, with a bound on their number and their bytes.
+
+    :meth:`submit` hands an object to :meth:`BaseStore.submit_write
+    <deltacells.storage.BaseStore.submit_write>` and returns at once, unless ``max_count`` writes or
+    ``max_bytes`` bytes are pending already: then it waits for some to finish (the back-pressure that keeps a
+    writer's memory bounded when the store is slower than the encoder). A single object larger than
+    ``max_bytes`` is still written, alone. The first write that fails is kept: :meth:`submit`, :meth:`check`
+    and :meth:`wait` raise it from then on, so a failure surfaces at the next submission, not only at the
+    end. Thread-safe: several encoding threads may submit at once.
+
+    Parameters
+    ----------
+    store
+        Where the objects go.
+    max_bytes
+        The most bytes pending at once (default :data:`DEFAULT_MAX_PENDING_BYTES`).
+    max_count
+        The most writes pending at once (default twice the store's
+        :attr:`~deltacells.storage.BaseStore.io_concurrency`).
+
+    Attributes
+    ----------
+    submitted
+        Writes submitted so far.
+    peak_count, peak_bytes
+        The most writes, and bytes, that were pending at once.
+    """
+
+    def __init__(self, store: BaseStore, *, max_bytes: int | None = None, max_count: int | None = None) -> None:
+        self.store = store
+        self.max_bytes = DEFAULT_MAX_PENDING_BYTES if max_bytes is None else int(max_bytes)
+        self.max_count = 2 * max(1, int(store.io_concurrency)) if max_count is None else int(max_count)
+        if self.max_bytes < 1 or self.max_count < 1:
+            msg = f"max_bytes and max_count must be at least 1, got {self.max_bytes} and {self.max_count}"
+            raise InvalidValueError(msg)
+        self._cond = threading.Condition()
+        self._futures: set[Future[None]] = set()
+        self._count = 0
+        self._bytes = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self.submitted = 0
+        self.peak_count = 0
+        self.peak_bytes = 0
+
+    @property
+    def pending(self) -> int:
+        """Writes submitted and not finished yet."""
+        with self._cond:
+            return self._count
+
+    def submit(self, path: str, data: bytes) -> None:
+        """Start writing object ``path``; wait first while the bounds are reached.
+
+        Raises
+        ------
+        Exception
+            The first write of this set that failed (its message names the object).
+        InvalidValueError
+            After :meth:`abort`.
+        """
+        size = len(data)
+        with self._cond:
+            while True:
+                self._raise_failure()
+                if self._closed:
+                    msg = f"the writes to {self.store.url} were aborted; {path} is not written"
+                    raise InvalidValueError(msg)
+                if not self._count or (self._count < self.max_count and self._bytes + size <= self.max_bytes):
+                    break
+                self._cond.wait()
+            self._count += 1
+            self._bytes += size
+            self.submitted += 1
+            self.peak_count = max(self.peak_count, self._count)
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
+        try:
+            future = self.store.submit_write(path, data)
+        except BaseException as exc:
+            self._finished(path, size, None, exc)
+            raise
+        with self._cond:
+            self._futures.add(future)
+        future.add_done_callback(lambda done: self._finished(path, size, done, None))
+
+    def check(self) -> None:
+        """Raise the first failed write, if any (without waiting for the others)."""
+        with self._cond:
+            self._raise_failure()
+
+    def wait(self) -> None:
+        """Wait until every write submitted has finished.
+
+        Raises
+        ------
+        Exception
+            The first write that failed (as soon as it fails; the others may still be running: :meth:`abort`).
+        """
+        with self._cond:
+            while self._count and self._error is None:
+                self._cond.wait()
+            self._raise_failure()
+
+    def abort(self) -> None:
+        """Refuse new writes, cancel those not started and wait for the others (what they wrote stays)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        while True:
+            with self._cond:
+                if not self._count:
+                    return
+                futures = [future for future in self._futures if not future.done()]
+                if not futures:  # done callbacks about to run, or a submission between reservation and start
+                    self._cond.wait(timeout=0.05)
+                    continue
+            for future in futures:
+                future.cancel()
+            wait_futures(futures)
+
+    def _finished(self, path: str, size: int, future: Future[None] | None, error: BaseException | None) -> None:
+        if future is not None and not future.cancelled():
+            error = future.exception()
+        with self._cond:
+            if future is not None:
+                self._futures.discard(future)
+            self._count -= 1
+            self._bytes -= size
+            if error is not None and self._error is None:
+                self._error = _naming(error, self.store, path)
+            self._cond.notify_all()
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
+def _naming(error: BaseException, store: BaseStore, path: str) -> BaseException:
+    """``error``, with a note naming the object when its message does not (store errors already do)."""
+    if path not in str(error):
+        error.add_note(f"while writing {store.url.rstrip('/')}/{path}")
+    return error
 
 
 @dataclass(frozen=True)
@@ -55,11 +220,16 @@ def check_tile_settings(n_genes: int, *, tile_size: int, n_chunks: int) -> None:
 class TileWriter:
     """Encode consecutive rows of a count matrix as tiles and store them, nothing else.
 
-    Rows arrive in blocks of any size (:meth:`write`); each full tile is encoded and stored on a thread pool
-    while more rows arrive, with at most twice the threads in flight, so memory stays at a few tiles whatever
-    the size of the matrix. :meth:`finish` writes the last, partial tile and returns the :class:`TileList`
+    Rows arrive in blocks of any size (:meth:`write`); each full tile is encoded on a thread pool while more
+    rows arrive (at most twice the threads in flight), and each encoded tile is uploaded with
+    the store's ``submit_write`` while encoding goes on. The uploads pending are
+    bounded by count and bytes (``uploads``, a ``PendingWrites``): when the store is slower than the
+    encoder, the encoding threads wait, so memory stays at a few tiles plus ``max_pending_bytes`` whatever
+    the size of the matrix. A failed upload fails the next tile submitted (or :meth:`finish`).
+    :meth:`finish` writes the last, partial tile, waits for every upload and returns the :class:`TileList`
     that the manifest records. The dataset around the tiles (sidecars, obs, the manifest) is
-    :class:`~deltacells.dataset.DatasetWriter`'s job.
+    :class:`~deltacells.dataset.DatasetWriter`'s job; it submits its other objects through ``uploads``
+    too, so that one bound covers them all.
 
     Parameters
     ----------
@@ -74,6 +244,11 @@ class TileWriter:
         ``None`` keeps the columns as they are.
     threads
         Tiles encoded at once (default: the usable CPUs).
+    max_pending_bytes
+        The most bytes uploading at once (default ``DEFAULT_MAX_PENDING_BYTES``, 256 MiB); a single tile
+        larger than that is still uploaded, alone.
+    max_pending_uploads
+        The most uploads pending at once (default twice the store's ``io_concurrency``).
     """
 
     def __init__(
@@ -86,6 +261,8 @@ class TileWriter:
         level: int = DEFAULT_LEVEL,
         columns: np.ndarray | None = None,
         threads: int | None = None,
+        max_pending_bytes: int | None = None,
+        max_pending_uploads: int | None = None,
     ) -> None:
         check_tile_settings(n_genes, tile_size=tile_size, n_chunks=n_chunks)
         self.store = store
@@ -94,6 +271,7 @@ class TileWriter:
         self.n_chunks = int(n_chunks)
         self.level = int(level)
         self._columns = columns
+        self.uploads = PendingWrites(store, max_bytes=max_pending_bytes, max_count=max_pending_uploads)
         n_threads = default_threads() if threads is None else max(1, int(threads))
         self._pool = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="deltacells-write")
         self._max_in_flight = 2 * n_threads
@@ -108,7 +286,7 @@ class TileWriter:
 
     @property
     def n_cells(self) -> int:
-        """Rows received so far (stored, being encoded, or waiting for their tile to fill)."""
+        """Rows received so far (stored, being encoded or uploaded, or waiting for their tile to fill)."""
         return self._rows_received
 
     def write(self, block: Any) -> None:
@@ -137,7 +315,13 @@ class TileWriter:
         return csr
 
     def append(self, csr: sparse.csr_matrix) -> None:
-        """Append rows made by :meth:`prepare`; each tile that fills is encoded and stored."""
+        """Append rows made by :meth:`prepare`; each tile that fills is encoded and uploaded.
+
+        Raises
+        ------
+        Exception
+            What a tile's encoding or an earlier upload raised (an upload error names the object).
+        """
         self._pending.append(csr)
         self._pending_rows += csr.shape[0]
         self._rows_received += csr.shape[0]
@@ -145,11 +329,20 @@ class TileWriter:
             self._emit_tile(self.tile_size)
 
     def finish(self) -> TileList:
-        """Write the last tile, wait for every tile to be stored, and return what was written."""
+        """Write the last tile, wait for every tile to be encoded and stored, and return what was written.
+
+        Every write submitted through ``uploads`` is waited for, not only the tiles.
+
+        Raises
+        ------
+        Exception
+            The first encoding or upload that failed (an upload error names the object).
+        """
         if self._pending_rows:
             self._emit_tile(self._pending_rows)
         while self._in_flight:
             self._collect_one()
+        self.uploads.wait()
         self._done = True
         self._pool.shutdown()
         return TileList(
@@ -159,14 +352,16 @@ class TileWriter:
         )
 
     def abort(self) -> None:
-        """Stop: cancel the tiles not started and wait for the others (what they wrote stays)."""
+        """Stop: cancel the tiles and uploads not started and wait for the others (what they wrote stays)."""
         self._done = True
+        self.uploads.abort()  # first: encoding threads waiting to submit are let go (refused)
         for future in self._in_flight:
             future.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._in_flight.clear()
 
     def _emit_tile(self, n_rows: int) -> None:
+        self.uploads.check()  # an upload failed: stop now, not at the end
         block = self._take_rows(n_rows)
         index = len(self._tile_cells) + len(self._in_flight)
         while len(self._in_flight) >= self._max_in_flight:
@@ -189,6 +384,7 @@ class TileWriter:
         return taken[0] if len(taken) == 1 else sparse.vstack(taken, format="csr")
 
     def _encode_and_store(self, index: int, block: sparse.csr_matrix) -> tuple[int, int, int]:
+        """Encode one tile and submit its upload (waiting while the pending uploads are at their bounds)."""
         from deltacells.codec import encode_tile
 
         name = tile_path(index)
@@ -196,7 +392,7 @@ class TileWriter:
             block.indptr, block.indices, block.data, self.n_genes, n_chunks=self.n_chunks, level=self.level,
             threads=1, name=f"{self.store.url}/{name}",
         )  # fmt: skip
-        self.store.write(name, blob)
+        self.uploads.submit(name, blob)
         return block.shape[0], block.nnz, len(blob)
 
     def _collect_one(self) -> None:
