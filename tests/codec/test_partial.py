@@ -29,6 +29,7 @@ from deltacells.codec import (
     prefix_size,
 )
 from deltacells.codec._frames import compress_frame
+from deltacells.codec._layout import TileHeader
 from deltacells.errors import DeltaCellsError, InvalidTypeError, InvalidValueError, OutOfRangeError
 
 U16_MAX = 65535
@@ -522,6 +523,39 @@ def test_header_claims_checked_before_fetching_or_allocating() -> None:
     struct.pack_into("<I", blob, 36, 10**6)  # n_chunks
     with pytest.raises(FormatError, match="n_chunks"):
         parse_prefix(bytes(blob[:64]), object_size=len(blob))
+
+
+def test_header_unpack_against_object_size() -> None:
+    """TileHeader.unpack(prefix, object_size=N) checks the fields against N, not against the bytes it is given."""
+    indptr, indices, data = random_tile(19, 50, 100)
+    blob = deltacells.encode_tile(indptr, indices, data, 100, n_chunks=2, level=1)
+    size = len(blob)
+    whole = TileHeader.unpack(blob)
+    assert TileHeader.unpack(blob[:64], object_size=size) == whole
+    assert TileHeader.unpack(memoryview(blob)[: prefix_size(50, 2)], object_size=size) == whole
+    assert TileHeader.unpack(blob, object_size=size) == whole
+    with pytest.raises(FormatError, match="total_size is .* but the object has 64 bytes"):
+        TileHeader.unpack(blob[:64])  # without object_size the 64 bytes are the whole object
+    with pytest.raises(FormatError, match=f"t.dct: header field total_size is {size} but the object has {size - 8}"):
+        TileHeader.unpack(blob[:64], object_size=size - 8, name="t.dct")
+
+    past = bytearray(blob[:64])
+    struct.pack_into("<Q", past, 16, size)  # n_cells: the indptr would end past the object
+    with pytest.raises(FormatError, match=rf"n_cells is {size}; its indptr would end past the object \({size} bytes"):
+        TileHeader.unpack(bytes(past), object_size=size)
+    past = bytearray(blob[:64])
+    struct.pack_into("<I", past, 36, size // 96)  # n_chunks: the chunk table would end past the object
+    with pytest.raises(FormatError, match=rf"n_chunks is {size // 96}; the chunk table would end past the object"):
+        TileHeader.unpack(memoryview(past), object_size=size)
+    past = bytearray(blob[:64])
+    struct.pack_into("<Q", past, 40, -(-(size - 8 * 50) // 8) * 8)  # indptr_off: 51 entries from there end past it
+    with pytest.raises(FormatError, match="n_cells is 50; its indptr would end past the object"):
+        TileHeader.unpack(bytes(past), object_size=size)
+
+    with pytest.raises(FormatError, match="40 bytes is shorter than the 64-byte header"):
+        TileHeader.unpack(blob[:40], object_size=40)
+    with pytest.raises(InvalidValueError, match="40 bytes given"):
+        TileHeader.unpack(blob[:40], object_size=size)
 
 
 def test_frame_range_outside_the_object() -> None:

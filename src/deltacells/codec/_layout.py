@@ -6,12 +6,13 @@ parts of a tile and check every rule that can be checked on them alone.
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from deltacells.errors import FormatError
+from deltacells.errors import FormatError, InvalidValueError
 
 MAGIC = b"DELTACEL"
 VERSION = 2
@@ -82,7 +83,7 @@ class TileHeader:
         )
 
     @classmethod
-    def unpack(cls, blob: bytes | memoryview, *, name: str = "tile") -> TileHeader:
+    def unpack(cls, blob: bytes | memoryview, *, name: str = "tile", object_size: int | None = None) -> TileHeader:
         """Parse and check the header at the start of ``blob``.
 
         Checks everything the header alone can tell: magic, version, flags,
@@ -91,15 +92,38 @@ class TileHeader:
         indptr fit inside the object (so nothing sized by the header is allocated
         before it is known to exist).
 
+        Parameters
+        ----------
+        blob
+            The whole tile object, or (with ``object_size``) its first bytes, at
+            least the :data:`HEADER_SIZE` bytes of the header.
+        name
+            How to call the object in error messages (e.g. its path).
+        object_size
+            Size of the whole object, which the header fields are checked against;
+            ``None`` (the default) means ``len(blob)``, i.e. ``blob`` is the whole
+            object. A ranged reader that holds only the start of the object passes
+            the size it knows from the manifest or the store.
+
+        Returns
+        -------
+        TileHeader
+
         Raises
         ------
         FormatError
             Naming ``name`` and the offending field.
+        InvalidValueError
+            If ``object_size`` is given and ``blob`` holds fewer than
+            :data:`HEADER_SIZE` bytes of an object that is at least that large.
         """
-        size = len(blob)
+        size = len(blob) if object_size is None else operator.index(object_size)
         if size < HEADER_SIZE:
             msg = f"{name}: {size} bytes is shorter than the {HEADER_SIZE}-byte header"
             raise FormatError(msg)
+        if len(blob) < HEADER_SIZE:
+            msg = f"{name}: {len(blob)} bytes given; the {HEADER_SIZE}-byte header of the object is needed"
+            raise InvalidValueError(msg)
         (magic, version, flags, n_cells, nnz, n_genes, n_chunks, indptr_off, total_size, crc32, reserved) = (
             _HEADER.unpack_from(blob, 0)
         )

@@ -211,20 +211,6 @@ class TilePrefix:
         return sum(int(rows[:, len_col].sum()) for _, len_col in _FRAME_COLUMNS)
 
 
-class _ObjectStart(bytes):
-    """The first bytes of an object that report the object's size as their length.
-
-    :meth:`TileHeader.unpack` checks the header against ``len(blob)``, the object
-    size; a ranged reader holds only the start of the object and knows its size
-    from the manifest. This lets both share every header check and message.
-    """
-
-    object_size: int
-
-    def __len__(self) -> int:
-        return self.object_size
-
-
 def parse_prefix(
     data: bytes | bytearray | memoryview,
     *,
@@ -290,9 +276,8 @@ def parse_prefix(
         raise InvalidValueError(msg)
     if len(view) < HEADER_SIZE <= object_size:
         raise PrefixTooShortError(HEADER_SIZE, len(view), name)
-    start = _ObjectStart(view[:HEADER_SIZE])
-    start.object_size = object_size
-    header = TileHeader.unpack(start, name=name)  # also: table and indptr end inside the object
+    # Checked against object_size, not the bytes given: also that the table and indptr end inside the object.
+    header = TileHeader.unpack(view[:HEADER_SIZE], name=name, object_size=object_size)
     for field, want in (("n_cells", n_cells), ("n_chunks", n_chunks)):
         if want is not None and getattr(header, field) != want:
             msg = f"{name}: header field {field} is {getattr(header, field)}, expected {want}"
