@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import math
+import pickle
 import shutil
 import threading
 import time
@@ -21,13 +23,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import scipy.sparse as sp
+from tests.servers.datasets import obs_adata
 
 import deltacells
 from deltacells import FormatError
 from deltacells.format import Manifest, obs_shard_path
 from deltacells.obs import ObsStore, _ranges, _shards
-from deltacells.storage import Store
+from deltacells.storage import Store, StoreFile
 
 N_TILES = 200
 TILE = 50
@@ -81,26 +83,6 @@ class RemoteLikeStore(Store):
         return sum(n for path, n in self.bytes.items() if path.endswith(".parquet"))
 
 
-def _adata(n_tiles: int, *, blob_chars: int = 0, seed: int = 0) -> ad.AnnData:
-    """Cells in ``n_tiles`` tiles of :data:`TILE`, with categorical, string and numeric obs columns."""
-    n = n_tiles * TILE
-    rng = np.random.default_rng(seed)
-    obs = pd.DataFrame(
-        {
-            "cell_type": pd.Categorical(rng.choice(["T", "B", "NK", "Mono"], n)),
-            "donor": pd.array(rng.choice([f"donor_{i}" for i in range(30)], n), dtype=object),
-            "n_counts": rng.integers(0, 5000, n),
-            "pct": rng.random(n),
-        },
-        index=[f"cell{i:06d}" for i in range(n)],
-    )
-    if blob_chars:  # a wide column of random text, which makes each row group larger than MAX_GAP
-        obs["blob"] = [rng.bytes(blob_chars // 2).hex() for _ in range(n)]
-    X = sp.random(n, 6, density=0.3, format="csr", random_state=seed, dtype=np.float32)
-    X.data = np.ceil(X.data * 10)
-    return ad.AnnData(X=X, obs=obs)
-
-
 class Dataset:
     def __init__(self, root: Path, adata: ad.AnnData) -> None:
         self.root = root
@@ -129,18 +111,18 @@ def _write(root: Path, adata: ad.AnnData, per_file: int) -> Dataset:
 
 @pytest.fixture(scope="module")
 def small_shards(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return _write(tmp_path_factory.mktemp("small") / "ds", _adata(N_TILES), PER_FILE)
+    return _write(tmp_path_factory.mktemp("small") / "ds", obs_adata(N_TILES, TILE), PER_FILE)
 
 
 @pytest.fixture(scope="module")
 def large_shards(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return _write(tmp_path_factory.mktemp("large") / "ds", _adata(N_TILES), PER_FILE_LARGE)
+    return _write(tmp_path_factory.mktemp("large") / "ds", obs_adata(N_TILES, TILE), PER_FILE_LARGE)
 
 
 @pytest.fixture(scope="module")
 def wide_shards(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     """40 tiles, 10 per shard, each row group ~100 KB of random text besides ~1 KB of the other columns."""
-    return _write(tmp_path_factory.mktemp("wide") / "ds", _adata(40, blob_chars=4000, seed=1), 10)
+    return _write(tmp_path_factory.mktemp("wide") / "ds", obs_adata(40, TILE, blob_chars=4000, seed=1), 10)
 
 
 def _assert_column(obs: ObsStore, adata: ad.AnnData, name: str) -> None:
@@ -388,3 +370,43 @@ def test_known_ranges_file_joins_adjacent_ranges(tmp_path: Path) -> None:
         file.seek(95)
         assert file.read() == data[95:] and file.misses == 2
     assert store.requests == {"obj": 2}
+
+
+def test_known_ranges_file_is_a_store_file(tmp_path: Path) -> None:
+    """The position bookkeeping is StoreFile's: misses count as its requests, closing drops the ranges."""
+    data = bytes(range(100))
+    (tmp_path / "obj").write_bytes(data)
+    store = RemoteLikeStore(tmp_path)
+    parts = {(0, 10): data[0:10], (10, 20): data[10:20], (50, 60): data[50:60]}
+    with _ranges.KnownRangesFile(store, "obj", len(data), parts) as file:
+        assert isinstance(file, StoreFile) and file.name == "obj" and file.size == len(data)
+        assert file.readable() and file.seekable() and not file.writable()
+        buffer = bytearray(8)
+        assert file.readinto(buffer) == 8 and bytes(buffer) == data[:8] and file.tell() == 8
+        assert file.seek(-45, io.SEEK_END) == 55 and file.read(10) == data[55:65]
+        assert file.read(0) == b"" and file.seek(200) == 200 and file.read(5) == b""
+        assert (file.misses, file.requests, file.bytes_read) == (1, 1, 10)
+        with pytest.raises(ValueError, match="negative"):
+            file.seek(-1)
+        with pytest.raises(TypeError, match="pickle the store"):
+            pickle.dumps(file)
+    assert file.closed and file.misses == 1 and not file._parts
+    with pytest.raises(ValueError, match="closed"):
+        file.read(1)
+    assert store.requests == {"obj": 1}
+
+
+def test_known_ranges_file_reads_as_the_bytes(tmp_path: Path) -> None:
+    """Any sequence of seeks and reads returns what the same on the whole bytes would."""
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    (tmp_path / "obj").write_bytes(data)
+    parts = {(a, b): data[a:b] for a, b in [(0, 100), (100, 150), (300, 420), (900, 1000)]}
+    with _ranges.KnownRangesFile(RemoteLikeStore(tmp_path), "obj", len(data), parts) as file:
+        for _ in range(300):
+            start = int(rng.integers(0, 1100))
+            length = int(rng.integers(-1, 200))
+            file.seek(start)
+            expected = data[start:] if length < 0 else data[start : start + length]
+            assert file.read(length) == expected
+            assert file.tell() == start + len(expected)

@@ -6,18 +6,18 @@ footer in one ranged read of the file's tail (:func:`footer_tail_start`, :func:`
 range of every column chunk wanted from the parsed metadata (:func:`column_chunk_ranges`), coalesces them
 into few requests (:func:`coalesce`, with :func:`fsspec.utils.merge_offset_ranges`) that the caller sends
 at once (``store.read_many``), and serves the bytes read to :class:`pyarrow.parquet.ParquetFile` through
-:class:`KnownRangesFile`, fsspec's "known parts" file whose rare misses become one more ranged read.
+:class:`KnownRangesFile`, a :class:`~deltacells.storage.StoreFile` whose rare misses become one more ranged read.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from fsspec.caching import KnownPartsOfAFile
-from fsspec.spec import AbstractBufferedFile
 from fsspec.utils import merge_offset_ranges
+
+from deltacells.storage import StoreFile
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -176,39 +176,10 @@ def block_ranges(size: int, block: int | None = None) -> list[Range]:
     return [(start, min(size, start + block)) for start in range(0, size, block)] or [(0, 0)]
 
 
-class _KnownRanges(KnownPartsOfAFile):
-    """fsspec's known parts of a file, found by bisection; a read outside them is fetched, not refused."""
-
-    def __init__(
-        self, blocksize: int, fetcher: Callable[[int, int], bytes], size: int, data: dict[Range, bytes]
-    ) -> None:
-        super().__init__(blocksize, fetcher, size, data=_join_adjacent(data), strict=True)
-        self.hit_count = self.miss_count = 0  # fsspec's statistics (set here too for fsspec versions without them)
-        self.file_size = size
-        self._keys = sorted(self.data)
-        self._starts = [start for start, _ in self._keys]
-        self.misses = 0
-
-    def _fetch(self, start: int | None, stop: int | None) -> bytes:
-        start = 0 if start is None else start
-        stop = self.file_size if stop is None else min(stop, self.file_size)
-        if stop <= start:
-            return b""
-        at = bisect.bisect_right(self._starts, start) - 1
-        if at >= 0:
-            first, last = self._keys[at]
-            if stop <= last:
-                self.hit_count += 1
-                return self.data[(first, last)][start - first : stop - first]
-        self.miss_count += 1
-        self.misses += 1
-        return self.fetcher(start, stop)
-
-
 def _join_adjacent(parts: Mapping[Range, bytes]) -> dict[Range, bytes]:
     """``parts`` with each run of adjacent parts joined into one, in one copy.
 
-    Any read inside a run is then inside one part (fsspec's constructor would join them, one ``+=`` at a time).
+    Any read inside a run is then inside one part, which serves it as one slice.
     """
     runs: list[tuple[int, int, list[bytes]]] = []
     for start, end in sorted(parts):
@@ -219,40 +190,51 @@ def _join_adjacent(parts: Mapping[Range, bytes]) -> dict[Range, bytes]:
     return {(start, end): pieces[0] if len(pieces) == 1 else b"".join(pieces) for start, end, pieces in runs}
 
 
-class KnownRangesFile(AbstractBufferedFile):
-    """A read-only parquet file made of the byte ranges already read (fsspec's ``KnownPartsOfAFile``).
+class KnownRangesFile(StoreFile):
+    """A read-only parquet file made of the byte ranges already read, falling back to ranged reads of the store.
 
-    pyarrow reads from it as from the whole file; a read outside the ranges known (pyarrow reading more
-    than the column chunks planned, e.g. padding after the chunks of files by old writers) becomes one ranged
-    read of the store rather than an error.
+    A :class:`~deltacells.storage.StoreFile` that answers from the ranges it holds. pyarrow reads from it as
+    from the whole file; a read inside one known range (found by bisection) is a slice of it, and a read
+    outside them (pyarrow reading more than the column chunks planned, e.g. padding after the chunks of
+    files by old writers) becomes one ranged read of the store rather than an error. Closing the file drops
+    the ranges.
 
     Parameters
     ----------
-    store
-        The store holding the object.
-    path
-        The object, relative to the store's root.
+    store, path
+        As for :class:`~deltacells.storage.StoreFile`.
     size
-        The object's size.
+        The object's size (required here: it is never asked of the store).
     parts
         ``{(start, end): bytes}``: the ranges read (adjacent ones are joined into one).
 
     Attributes
     ----------
     misses : int
-        The reads that were outside the known ranges (each one ranged read of the store).
+        The reads that were outside the known ranges (each one ranged read of the store, also counted in
+        ``requests`` and ``bytes_read``).
     """
 
     def __init__(self, store: BaseStore, path: str, size: int, parts: Mapping[Range, bytes]) -> None:
-        self.store = store
-        super().__init__(None, path, mode="rb", cache_type="none", size=size)
-        self.cache = _KnownRanges(self.blocksize, self._fetch_range, size, dict(parts))
+        super().__init__(store, path, size)
+        self.misses = 0
+        self._parts = _join_adjacent(parts)
+        self._keys = sorted(self._parts)
+        self._starts = [start for start, _ in self._keys]
 
-    @property
-    def misses(self) -> int:
-        """The reads outside the known ranges so far."""
-        cache = self.cache
-        return cache.misses if isinstance(cache, _KnownRanges) else 0
+    def close(self) -> None:
+        """Close the file and drop the ranges it holds."""
+        super().close()
+        self._parts = {}
+        self._keys = []
+        self._starts = []
 
-    def _fetch_range(self, start: int, end: int) -> bytes:
-        return self.store.read(self.path, start, end)
+    def _read_range(self, start: int, stop: int) -> bytes:
+        """A slice of the known range holding ``[start, stop)``, or else one ranged read of the store (a miss)."""
+        at = bisect.bisect_right(self._starts, start) - 1
+        if at >= 0:
+            first, last = self._keys[at]
+            if stop <= last:
+                return self._parts[(first, last)][start - first : stop - first]
+        self.misses += 1
+        return super()._read_range(start, stop)

@@ -20,6 +20,9 @@ __all__ = ["StoreFile"]
 class StoreFile(io.RawIOBase):
     """A read-only, seekable, unbuffered file whose every read is one ranged :meth:`~.BaseStore.read`.
 
+    Subclasses that hold some of the object's bytes already (e.g. ``deltacells.obs._ranges.KnownRangesFile``)
+    override :meth:`_read_range`, which every read goes through, and keep the position bookkeeping here.
+
     Parameters
     ----------
     store
@@ -52,7 +55,7 @@ class StoreFile(io.RawIOBase):
         self._pos = 0
 
     def __repr__(self) -> str:
-        return f"StoreFile({self.store!r}, {self.path!r}, size={self.size})"
+        return f"{type(self).__name__}({self.store!r}, {self.path!r}, size={self.size})"
 
     def __reduce__(self) -> Any:
         msg = f"{self!r} cannot be pickled; pickle the store and the path instead"
@@ -104,9 +107,7 @@ class StoreFile(io.RawIOBase):
         stop = self.size if size is None or size < 0 else min(self.size, self._pos + size)
         if stop <= self._pos:
             return b""
-        data = self.store.read(self.path, self._pos, stop)
-        self.requests += 1
-        self.bytes_read += len(data)
+        data = self._read_range(self._pos, stop)
         self._pos += len(data)
         return data
 
@@ -120,6 +121,28 @@ class StoreFile(io.RawIOBase):
         data = self.read(len(view))
         view[: len(data)] = data
         return len(data)
+
+    def _read_range(self, start: int, stop: int) -> bytes:
+        """The bytes ``[start, stop)`` of the object, ``0 <= start < stop <= size``: one ranged read of the store.
+
+        Every :meth:`read` (and so :meth:`readinto` and :meth:`readall`) gets its bytes here; subclasses
+        override it to answer from bytes they hold and call it for the rest, which counts in
+        :attr:`requests` and :attr:`bytes_read`.
+
+        Parameters
+        ----------
+        start, stop
+            The range, clipped to the object by the caller and never empty.
+
+        Returns
+        -------
+        bytes
+            What the store returned for the range.
+        """
+        data = self.store.read(self.path, start, stop)
+        self.requests += 1
+        self.bytes_read += len(data)
+        return data
 
     def _check_open(self) -> None:
         if self.closed:
