@@ -5,9 +5,13 @@
 - :class:`~tests.servers.s3.S3Server`: moto's S3 server in a thread.
 - :class:`~tests.servers.http.StaticHTTPServer`: a static file server with ``Range`` support.
 
-The submodules import ``aiohttp`` and ``moto`` at the top: import them only after checking these are
-installed (the fixtures in ``tests/storage/conftest.py`` do so with :func:`pytest.importorskip`). This module
-imports neither.
+All three share their lifecycle (``start()``, ``stop()``, ``url``, ``with`` block) through
+:mod:`tests.servers._lifecycle`. :func:`tests.servers.datasets.obs_adata` makes the AnnData the obs network
+tests write.
+
+The servers' submodules import ``aiohttp`` and ``moto`` at the top: import them only after checking these are
+installed (the fixtures in ``tests/storage/conftest.py`` do so with :func:`pytest.importorskip`). This module,
+``_lifecycle`` and ``datasets`` import neither.
 """
 
 from __future__ import annotations

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import threading
 import uuid
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 from xml.sax.saxutils import escape
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+from tests.servers._lifecycle import AiohttpServer
 from yarl import URL
 
 __all__ = ["S3_ERROR_CODES", "Fault", "Record", "RecordingProxy", "s3_error_body"]
@@ -175,7 +173,7 @@ class Fault:
         return (self.method is None or self.method == method) and self.path_contains in path
 
 
-class RecordingProxy:
+class RecordingProxy(AiohttpServer):
     """An HTTP reverse proxy on 127.0.0.1 in front of ``upstream``, with a request log and fault injection.
 
     Every request (any method, path, query, headers but ``Host`` and hop-by-hop ones, body) is forwarded to
@@ -187,6 +185,11 @@ class RecordingProxy:
     out of :attr:`in_flight`) before the response is sent: once a client call returns, the log already shows
     its requests with their status and bytes, and requests made one after the other never count as
     concurrent (:attr:`max_in_flight` stays 1).
+
+    :meth:`start` binds a free port on 127.0.0.1 and serves in a background thread (returning ``self``, so
+    ``proxy = RecordingProxy(url).start()`` works); :attr:`url` is then ``http://127.0.0.1:PORT``.
+    :meth:`stop` cancels the hung and running requests (closing their connections) and ends the thread;
+    calling it again, or on a proxy that was never started, does nothing. The log stays readable.
 
     Parameters
     ----------
@@ -212,6 +215,8 @@ class RecordingProxy:
     ...     assert proxy.count("GET", path_contains="/key") == 1
     """
 
+    _what = "the proxy"
+
     def __init__(self, upstream: str, *, latency: float = 0.0) -> None:
         self.upstream = upstream.rstrip("/")
         self.latency = latency
@@ -220,10 +225,7 @@ class RecordingProxy:
         self._faults: list[Fault] = []
         self._in_flight = 0
         self._max_in_flight = 0
-        self._url: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
+        super().__init__()
         self._session: aiohttp.ClientSession | None = None
         self._stopping: asyncio.Event | None = None
         self._handlers: set[asyncio.Task[object]] = set()
@@ -231,38 +233,10 @@ class RecordingProxy:
 
     # ------------------------------------------------------------------------------ lifecycle
 
-    @property
-    def url(self) -> str:
-        """The proxy's base URL, ``http://127.0.0.1:PORT`` (only once started)."""
-        if self._url is None:
-            msg = "the proxy is not running: call start() first"
-            raise RuntimeError(msg)
-        return self._url
+    def _thread_name(self) -> str:
+        return f"RecordingProxy({self.upstream})"
 
-    def start(self) -> Self:
-        """Bind a free port on 127.0.0.1 and start serving in a background thread.
-
-        Returns
-        -------
-        RecordingProxy
-            ``self``, so ``proxy = RecordingProxy(url).start()`` works.
-        """
-        if self._thread is not None:
-            msg = "the proxy is already running"
-            raise RuntimeError(msg)
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name=f"RecordingProxy({self.upstream})", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        try:
-            port = asyncio.run_coroutine_threadsafe(self._start(), loop).result(timeout=30)
-        except BaseException:
-            self.stop()
-            raise
-        self._url = f"http://127.0.0.1:{port}"
-        return self
-
-    async def _start(self) -> int:
+    async def _make_app(self) -> web.Application:
         self._stopping = asyncio.Event()
         self._session = aiohttp.ClientSession(
             auto_decompress=False,
@@ -272,31 +246,10 @@ class RecordingProxy:
         )
         app = web.Application(client_max_size=1024**3)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        try:
-            await web.SockSite(self._runner, sock).start()
-        except BaseException:
-            sock.close()
-            raise
-        return int(sock.getsockname()[1])
+        return app
 
-    def stop(self) -> None:
-        """Stop serving: hung and running requests are cancelled (their connections closed), then the thread ends.
-
-        Calling it again, or on a proxy that was never started, does nothing. The log stays readable.
-        """
-        if self._loop is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
-        finally:
-            self._stop_loop()
-
-    async def _stop(self) -> None:
+    async def _close(self) -> None:
+        """Cancel the hung and running requests (closing their connections), then stop serving."""
         if self._stopping is not None:
             self._stopping.set()
         current = asyncio.current_task()
@@ -304,30 +257,10 @@ class RecordingProxy:
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await super()._close()
         if self._session is not None:
             await self._session.close()
-        self._runner = self._session = None
-
-    def _stop_loop(self) -> None:
-        loop, thread = self._loop, self._thread
-        self._loop = self._thread = None
-        self._url = None
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
-        if not thread.is_alive():
-            loop.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._session = None
 
     def __repr__(self) -> str:
         where = self._url or "stopped"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import urllib.request
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from tests.servers._lifecycle import ServerLifecycle
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -20,11 +20,16 @@ SECRET_KEY = "testing"
 REGION = "us-east-1"
 
 
-class S3Server:
+class S3Server(ServerLifecycle):
     """moto's S3-protocol server (:class:`moto.server.ThreadedMotoServer`) on 127.0.0.1.
 
     moto's state (buckets, objects) is global to the process: every server started in one process, and
     ``moto.mock_aws``, see the same buckets. Under pytest-xdist each worker is a process with its own server.
+
+    :meth:`start` runs the server in a daemon thread and returns once it accepts connections (setting the
+    ``werkzeug`` logger, if it has no level yet, to ``WARNING`` so that the server does not log each
+    request); :attr:`endpoint_url` (also :attr:`url`) is then ``http://127.0.0.1:PORT``. :meth:`stop` stops
+    it (doing nothing if it is not running).
 
     Parameters
     ----------
@@ -40,34 +45,32 @@ class S3Server:
     ...     fs.pipe_file("data/key", b"payload")
     """
 
+    _what = "the S3 server"
+
     def __init__(self, port: int = 0) -> None:
+        super().__init__()
         self._port = port
         self._server: ThreadedMotoServer | None = None
-        self._endpoint_url: str | None = None
         self._client: BaseClient | None = None
 
     @property
     def endpoint_url(self) -> str:
-        """The server's URL, ``http://127.0.0.1:PORT`` (only once started)."""
-        if self._endpoint_url is None:
-            msg = "the S3 server is not running: call start() first"
-            raise RuntimeError(msg)
-        return self._endpoint_url
+        """The server's URL, ``http://127.0.0.1:PORT`` (only once started); the same as :attr:`url`."""
+        return self.url
 
-    def start(self) -> Self:
-        """Start the server in a daemon thread; returns once it accepts connections.
+    @property
+    def _endpoint_url(self) -> str | None:
+        # benchmarks/bench_object_storage.py sets it, to use a server that runs in another process
+        return self._url
 
-        The ``werkzeug`` logger, if it has no level yet, is set to ``WARNING`` so that the server does not log
-        each request.
+    @_endpoint_url.setter
+    def _endpoint_url(self, value: str | None) -> None:
+        self._url = value
 
-        Returns
-        -------
-        S3Server
-            ``self``.
-        """
-        if self._server is not None:
-            msg = "the S3 server is already running"
-            raise RuntimeError(msg)
+    def _is_running(self) -> bool:
+        return self._server is not None
+
+    def _serve(self) -> str:
         # werkzeug logs every request at INFO (to a stderr handler of its own unless the logger has a level)
         werkzeug_logger = logging.getLogger("werkzeug")
         if werkzeug_logger.level == logging.NOTSET:
@@ -76,26 +79,15 @@ class S3Server:
         server.start()
         host, port = server.get_host_and_port()
         self._server = server
-        self._endpoint_url = f"http://{host}:{port}"
-        return self
+        return f"http://{host}:{port}"
 
-    def stop(self) -> None:
-        """Stop the server (doing nothing if it is not running)."""
+    def _shutdown(self) -> None:
         server, self._server = self._server, None
-        self._endpoint_url = None
         if self._client is not None:
             self._client.close()
             self._client = None
         if server is not None:
             server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def reset(self) -> None:
         """Forget every bucket and object (``POST /moto-api/reset``); this resets all of moto in the process."""

@@ -20,8 +20,8 @@ pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 
 import anndata as ad
-import scipy.sparse as sp
 from tests.servers import ProxiedS3Bucket
+from tests.servers.datasets import obs_adata
 
 import deltacells
 from deltacells.format import Manifest
@@ -37,23 +37,6 @@ LATENCY = 0.05
 SHARDS = "/obs/obs_"
 
 
-def _adata() -> ad.AnnData:
-    n = N_TILES * TILE
-    rng = np.random.default_rng(0)
-    obs = pd.DataFrame(
-        {
-            "cell_type": pd.Categorical(rng.choice(["T", "B", "NK", "Mono"], n)),
-            "donor": pd.array(rng.choice([f"donor_{i}" for i in range(30)], n), dtype=object),
-            "n_counts": rng.integers(0, 5000, n),
-            "pct": rng.random(n),
-        },
-        index=[f"cell{i:06d}" for i in range(n)],
-    )
-    X = sp.random(n, 6, density=0.3, format="csr", random_state=0, dtype=np.float32)
-    X.data = np.ceil(X.data * 10)
-    return ad.AnnData(X=X, obs=obs)
-
-
 def _write(adata: ad.AnnData, url: str, storage_options: dict[str, Any] | None = None) -> None:
     deltacells.write_deltacells(
         adata, url, storage_options=storage_options, tile_size=TILE, obs_tiles_per_file=PER_FILE, progress=False
@@ -63,7 +46,7 @@ def _write(adata: ad.AnnData, url: str, storage_options: dict[str, Any] | None =
 @pytest.fixture(scope="module")
 def local_copy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ad.AnnData]:
     """The dataset written once to a local directory."""
-    adata = _adata()
+    adata = obs_adata(N_TILES, TILE)
     root = tmp_path_factory.mktemp("obs-network") / "ds"
     _write(adata, str(root))
     return root, adata
@@ -80,7 +63,7 @@ def _ready(bucket: ProxiedS3Bucket, manifest: Manifest) -> Manifest:
 @pytest.fixture
 def written(s3_proxy: ProxiedS3Bucket) -> tuple[ProxiedS3Bucket, ad.AnnData, Manifest]:
     """The dataset written to the bucket through the proxy with ``write_deltacells``."""
-    adata = _adata()
+    adata = obs_adata(N_TILES, TILE)
     _write(adata, s3_proxy.url, s3_proxy.storage_options)
     return s3_proxy, adata, _ready(s3_proxy, Manifest.from_json(_store(s3_proxy).read("manifest.json")))
 
