@@ -25,6 +25,9 @@ __all__ = ["read_deltacells", "read_obs", "read_var", "restore_gene_order"]
 
 UNS_KEY = "deltacells"
 
+#: Datasets with more cells than this get a lazy obs by default (``lazy_obs=None``): see :func:`read_deltacells`.
+LAZY_OBS_MIN_CELLS = 1_000_000
+
 
 def read_deltacells(
     path: str | os.PathLike[str],
@@ -39,6 +42,7 @@ def read_deltacells(
     threads: int | None = None,
     gene_order: Literal["original", "stored"] = "original",
     io_concurrency: int | None = None,
+    lazy_obs: bool | None = None,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -84,6 +88,15 @@ def read_deltacells(
         sorts them). ``"stored"``: genes as stored, by decreasing total counts (rows sorted, the last bit of
         speed).
 
+    lazy_obs
+        Read obs lazily: ``True``, ``False``, or ``None`` (default) for lazily when the dataset has more than
+        1,000,000 cells. A lazy obs is the xarray-backed ``anndata.experimental.backed.Dataset2D`` (as
+        :func:`anndata.experimental.read_lazy` gives): opening costs the same for a thousand cells or a
+        hundred million, ``obs_names`` are the cell numbers ``0 .. n-1``, a column is read from the local
+        cache when it is used (``adata.obs["cell_type"] == "B cell"`` loads its codes, 1-2 bytes per cell),
+        and ``adata[mask].to_memory()`` gives a pandas obs with the stored names of those cells only. See the
+        user guide on reading atlases.
+
     Returns
     -------
     anndata.AnnData
@@ -111,9 +124,14 @@ def read_deltacells(
     )
     dataset = stored.with_gene_order(gene_order)
     X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
-    obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
     var = _in_column_order(read_var(dataset), dataset)
-    adata = ad.AnnData(X=X, obs=obs, var=var)
+    if _use_lazy_obs(lazy_obs, dataset.n_cells):
+        obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+        with ad.settings.override(check_uniqueness=False):  # the index is a RangeIndex: unique by construction
+            adata = ad.AnnData(X=X, obs=obs, var=var)
+    else:
+        obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+        adata = ad.AnnData(X=X, obs=obs, var=var)
     adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)
     return adata
 
@@ -132,7 +150,7 @@ def read_obs(
     ----------
     adata_or_path
         An AnnData returned by :func:`read_deltacells` (the columns are also added to
-        its ``obs``, in place; for a view of one, only returned) or a dataset path.
+        its ``obs``, in place, lazily to a lazy obs; for a view of one, only returned) or a dataset path.
     columns
         Columns to load; ``None`` for all.
     cache_dir, verify, storage_options
@@ -152,6 +170,15 @@ def read_obs(
         entry = adata.uns.get(UNS_KEY, {})
         cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
         frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
+        if not isinstance(view_parts(adata)[0].obs, pd.DataFrame):  # a lazy obs: add the columns lazily
+            frame = frame.iloc[view_parts(adata)[1]] if adata.is_view else frame
+            frame.index = adata.obs_names
+            if not adata.is_view:
+                from deltacells.io._lazy_obs import add_lazy_columns
+
+                obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+                add_lazy_columns(adata.obs, obs_store, wanted)
+            return frame
         if adata.is_view:
             # A view's obs cannot grow in place: return its rows only.
             frame = frame.iloc[view_parts(adata)[1]]
@@ -233,6 +260,51 @@ def _default_names(n: int) -> pd.Index:
     return pd.Index(pa.array(np.arange(n, dtype=np.int64)).cast(pa.string()).to_numpy(zero_copy_only=False))
 
 
+def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:
+    """Whether obs is read lazily: as asked, or (``None``) when there are more than :data:`LAZY_OBS_MIN_CELLS` cells."""
+    if lazy_obs is None:
+        return n_cells > LAZY_OBS_MIN_CELLS
+    if not isinstance(lazy_obs, (bool, np.bool_)):
+        msg = f"lazy_obs must be True, False or None (lazy above {LAZY_OBS_MIN_CELLS:,} cells), not {lazy_obs!r}"
+        raise InvalidTypeError(msg)
+    return bool(lazy_obs)
+
+
+def _obs_store_and_columns(
+    dataset: Dataset, columns: Sequence[str] | None, *, cache_dir: Any, verify: bool
+) -> tuple[Any, list[str]]:
+    """The dataset's :class:`~deltacells.obs.ObsStore` (``None`` without obs) and the columns asked for, checked."""
+    if isinstance(columns, str):
+        msg = f"obs columns must be a list of column names, not the string {columns!r}"
+        raise InvalidTypeError(msg)
+    if not dataset.manifest.has_obs:
+        if columns:
+            msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
+            raise UnknownKeyError(msg)
+        return None, []
+    from deltacells.obs import ObsStore
+
+    obs_store = ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify)
+    available = list(obs_store.columns)
+    if columns is None:
+        return obs_store, available
+    wanted = list(columns)
+    missing = [c for c in wanted if c not in available]
+    if missing:
+        msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
+        raise UnknownKeyError(msg)
+    return obs_store, wanted
+
+
+def _lazy_obs_frame(
+    dataset: Dataset, columns: Sequence[str] | None, *, obs_names: bool, cache_dir: Any, verify: bool
+) -> Any:
+    from deltacells.io._lazy_obs import lazy_obs_frame
+
+    obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+    return lazy_obs_frame(obs_store, dataset.n_cells, wanted, names=obs_names)
+
+
 def _read_obs_frame(
     dataset: Dataset,
     columns: Sequence[str] | None,
@@ -242,27 +314,10 @@ def _read_obs_frame(
     verify: bool,
 ) -> pd.DataFrame:
     n_cells = dataset.n_cells
-    if isinstance(columns, str):
-        msg = f"obs columns must be a list of column names, not the string {columns!r}"
-        raise InvalidTypeError(msg)
-    if (columns is not None and len(columns) == 0 and not obs_names) or not dataset.manifest.has_obs:
-        if columns and not dataset.manifest.has_obs:
-            msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
-            raise UnknownKeyError(msg)
+    if columns is not None and len(columns) == 0 and not obs_names and not isinstance(columns, str):
         return pd.DataFrame(index=_default_names(n_cells))
-    from deltacells.obs import ObsStore
-
-    obs_store = ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify)
-    available = list(obs_store.columns)
-    if columns is None:
-        wanted = available
-    else:
-        wanted = list(columns)
-        missing = [c for c in wanted if c not in available]
-        if missing:
-            msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
-            raise UnknownKeyError(msg)
-    if not wanted and not obs_names:
+    obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+    if obs_store is None or (not wanted and not obs_names):
         return pd.DataFrame(index=_default_names(n_cells))
     frame = obs_store.to_dataframe(wanted)
     if not obs_names:

@@ -154,8 +154,19 @@ def _write_blocks(writer: DatasetWriter, source: MatrixSource, block_rows: int, 
 
 
 def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_categories: int) -> pd.DataFrame:
-    """The obs columns to store, checked now (before any tile is written)."""
+    """The obs columns to store, checked now (before any tile is written).
+
+    A lazy obs (anndata's xarray-backed ``Dataset2D``, as ``read_deltacells`` gives for large datasets) is
+    brought into memory: the columns to store, for the cells of ``adata``.
+    """
     obs = adata.obs
+    if not isinstance(obs, pd.DataFrame) and hasattr(obs, "to_memory"):
+        present = None if obs_columns is None or isinstance(obs_columns, str) else [c for c in obs_columns if c in obs]
+        if present == []:  # the names only (columns asked for that are not there are reported below)
+            index = obs.true_index
+            obs = pd.DataFrame(index=index.rename(None if index.name == "_index" else index.name))
+        else:
+            obs = (obs if present is None else obs[present]).to_memory()
     if isinstance(obs_columns, str):
         msg = f"obs_columns must be a list of column names, not the string {obs_columns!r}"
         raise InvalidTypeError(msg)

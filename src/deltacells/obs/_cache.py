@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from filelock import FileLock
@@ -118,6 +119,7 @@ class ObsStore:
         self._cache_dir: Path | None = None
         self._schema: ObsSchema | None = None
         self._lock = threading.RLock()
+        self._mapped: dict[str, list[pa.Array]] = {}  # column -> its cache file's per-tile arrays (memory-mapped)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.store, self.manifest.to_dict(), self._cache_dir_arg, self.verify))
@@ -247,6 +249,45 @@ class ObsStore:
     def index(self) -> pd.Index:
         """The obs names (column ``_index``, or ``"0" .. "n-1"`` without one, as anndata does)."""
         return self._index(self._arrays(self._index_names()))
+
+    def take(self, name: str, cells: np.ndarray | None = None) -> Any:
+        """The values of column ``name`` for some cells, touching only the record batches of their tiles.
+
+        The column is localized first if it is not cached yet; the cached file is memory-mapped, so only
+        the tiles holding ``cells`` are read from it.
+
+        Parameters
+        ----------
+        name
+            The column (``"_index"`` for the stored cell names).
+        cells
+            Cell numbers (``int64``, any order, repeats allowed); ``None`` for every cell.
+
+        Returns
+        -------
+        numpy.ndarray or pandas.api.extensions.ExtensionArray
+            One value per cell asked for, in the pandas dtype the column was written with (a
+            :class:`pandas.Categorical` for a categorical column: its codes, never a Python object per cell).
+        """
+        self._check_names([name])
+        chunks = self._chunks(name)
+        if cells is None:
+            array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+        else:
+            array = take_from_tiles(chunks, self.manifest.tile_cells, np.asarray(cells, dtype=np.int64))
+        return to_pandas_values(self.schema.column(name), array)
+
+    def _chunks(self, name: str) -> list[pa.Array]:
+        """The per-tile arrays of column ``name``'s cache file, localizing it first; kept for later calls."""
+        chunks = self._mapped.get(name)
+        if chunks is None:
+            self._arrays([name])  # localize it if needed (and check it reads back)
+            chunks = self._cached_chunks(name)
+            if chunks is None:  # pragma: no cover - _arrays has just checked it
+                msg = f"{self._path(name)}: the cached obs column {name!r} cannot be read"
+                raise FormatError(msg)
+            self._mapped[name] = chunks
+        return chunks
 
     # ------------------------------------------------------------------ internals: schema
 
@@ -439,6 +480,32 @@ class ObsStore:
                 "writable directory with free space"
             )
             raise ObsCacheError(msg) from exc
+
+
+def take_from_tiles(chunks: list[pa.Array], tile_cells: np.ndarray, cells: np.ndarray) -> pa.Array:
+    """``cells`` (dataset cell numbers, any order) of a column held as one array per tile, in that order."""
+    starts = np.zeros(tile_cells.shape[0] + 1, dtype=np.int64)
+    np.cumsum(tile_cells, out=starts[1:])
+    if cells.size and (cells.min() < 0 or cells.max() >= starts[-1]):
+        msg = f"cell numbers must lie in 0 .. {starts[-1] - 1}"
+        raise InvalidValueError(msg)
+    tiles = np.searchsorted(starts, cells, side="right") - 1
+    order = np.argsort(tiles, kind="stable")
+    sorted_tiles = tiles[order]
+    needed, first = np.unique(sorted_tiles, return_index=True)
+    bounds = np.append(first, cells.shape[0])
+    pieces = [
+        chunks[t].take(pa.array(cells[order[bounds[k] : bounds[k + 1]]] - starts[t]))
+        for k, t in enumerate(needed.tolist())
+    ]
+    if not pieces:
+        return chunks[0].slice(0, 0) if chunks else pa.array([])
+    gathered = pa.concat_arrays(pieces)
+    if cells.shape[0] > 1 and not bool(np.all(order[1:] > order[:-1])):  # back to the order asked for
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.shape[0])
+        gathered = gathered.take(pa.array(inverse))
+    return gathered
 
 
 def _series(column: ObsColumn, array: pa.Array, index: pd.Index | None) -> pd.Series:
