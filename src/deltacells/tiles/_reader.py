@@ -1,4 +1,10 @@
-"""Reading tiles: fetched, checked against the manifest and decoded once, however many threads ask."""
+"""Reading tiles: fetched, checked against the manifest and decoded once, however many threads ask.
+
+Whole tiles go through :class:`TileReader`: :meth:`~TileReader.get` one at a time, :meth:`~TileReader.iter_tiles`
+as a pipeline (fetches ahead on the store's concurrency, decodes on the decoding threads). A tile on object
+storage of which only a few cells are wanted may instead be read in ranges as a partial tile; that path, and
+the rule choosing it, is in :mod:`deltacells.tiles._ranged`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,15 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.errors import MissingObjectError, OutOfRangeError
-from deltacells.format import check_tile, decode_checked_tile, first_problem_raises, missing_tile, tile_path
+from deltacells.format import decode_checked_tile, first_problem_raises, missing_tile, tile_path
 from deltacells.tiles._cache import TileCache
+from deltacells.tiles._ranged import RangedFetch, decode_ranged, ranged_read_pays, submit_ranged_fetch
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
@@ -28,19 +35,6 @@ DEFAULT_TILE_CACHE_BYTES = 256 * 2**20
 
 #: Default bound on the compressed bytes fetched ahead of the decoders by :meth:`TileReader.iter_tiles`.
 DEFAULT_PREFETCH_BYTES = 256 * 2**20
-
-#: A tile of remote storage is read in ranges (its header, chunk table and indptr, then only the frames of the
-#: chunks holding the requested cells) when the bytes that is expected to move are at most this share of the
-#: tile; otherwise it is fetched whole (one request, and it can be cached).
-RANGED_MAX_SHARE = 0.5
-
-
-class _HeaderCounts(NamedTuple):
-    """What :func:`~deltacells.format.check_tile` compares with the manifest, from a tile's header."""
-
-    n_cells: int
-    nnz: int
-    n_genes: int
 
 
 class TileReader:
@@ -188,7 +182,7 @@ class TileReader:
         fetch_ahead = max(decode_ahead + 1, 1 if local else self.store.io_concurrency)
         sizes = self.manifest.tile_bytes
         pool = shared_pool()
-        fetches: dict[int, Future[bytes]] = {}
+        fetches: dict[int, Future[Any]] = {}  # a whole tile's bytes, or a RangedFetch
         decodes: deque[tuple[int, Future[DecodedTile]]] = deque()
         next_fetch = next_decode = 0
         ahead_bytes = 0  # compressed bytes fetched (or being fetched) and not yet decoded
@@ -203,7 +197,7 @@ class TileReader:
                         cached = self.cache.get(t) is not None
                     if ranged[next_fetch] and not cached:
                         assert rows is not None
-                        fetches[next_fetch] = self._submit_ranged_fetch(t, rows[next_fetch])
+                        fetches[next_fetch] = submit_ranged_fetch(self.store, self.manifest, t, rows[next_fetch])
                     elif not cached and not local:  # a local tile is read by its decoding task (the fast path)
                         fetches[next_fetch] = self._submit_fetch(t)
                         ahead_bytes += size
@@ -243,103 +237,21 @@ class TileReader:
 
         Only on remote storage, for a tile not in the cache, when the expected bytes (the prefix of header,
         chunk table and indptr, plus the chunks that ``n_rows`` cells spread at random would touch) are at
-        most ``RANGED_MAX_SHARE`` of the tile. Ranged reads cost a second round trip (prefix, then
-        frames) and cannot check the tile's CRC-32, which covers the whole object; every other rule is
-        checked for what is read.
+        most ``RANGED_MAX_SHARE`` of the tile (:func:`~deltacells.tiles._ranged.ranged_read_pays`). Ranged
+        reads cost a second round trip (prefix, then frames) and cannot check the tile's CRC-32, which
+        covers the whole object; every other rule is checked for what is read.
         """
-        if self.store.is_local or n_rows <= 0:
-            return False
-        n_cells = int(self.manifest.tile_cells[tile])
-        n_chunks = min(int(self.manifest.n_chunks), n_cells)
-        if n_chunks <= 1:
+        if not ranged_read_pays(self.store, self.manifest, tile, n_rows):
             return False
         with self._guard():
-            if self.cache.get(tile) is not None:
-                return False
-        from deltacells.codec import prefix_size
+            return self.cache.get(tile) is None
 
-        size = int(self.manifest.tile_bytes[tile])
-        touched = 1.0 - (1.0 - 1.0 / n_chunks) ** n_rows  # expected share of the chunks
-        return prefix_size(n_cells, n_chunks) + touched * size <= RANGED_MAX_SHARE * size
-
-    def _submit_ranged_fetch(self, tile: int, rows: np.ndarray) -> Future[tuple[Any, dict[int, bytes], np.ndarray]]:
-        """Start reading the prefix of ``tile``, then the frames of the chunks that hold ``rows``.
-
-        Chained through callbacks (never blocking the thread that completes a request, which on an
-        asynchronous filesystem is the event loop's); the result is ``(prefix, pieces, chunks)``.
-        """
-        from deltacells.codec import PrefixTooShortError, parse_prefix, prefix_size
-
-        name = tile_path(tile)
-        size = int(self.manifest.tile_bytes[tile])
-        n_cells = int(self.manifest.tile_cells[tile])
-        where = f"{self.store.url.rstrip('/')}/{name}"
-        out: Future[tuple[Any, dict[int, bytes], np.ndarray]] = Future()
-        lock = threading.Lock()
-
-        def fail(exc: BaseException) -> None:
-            with lock:
-                if not out.done():
-                    out.set_exception(exc)
-
-        def on_prefix(request: Future[bytes]) -> None:
-            try:
-                prefix = parse_prefix(request.result(), object_size=size, name=where, n_cells=n_cells)
-            except PrefixTooShortError as short:
-                self.store.submit_read(name, 0, short.needed).add_done_callback(on_prefix)
-                return
-            except BaseException as exc:
-                fail(exc)
-                return
-            try:
-                chunks = prefix.chunks_for_cells(rows)
-                ranges = prefix.frame_ranges(chunks)
-            except BaseException as exc:
-                fail(exc)
-                return
-            pieces: dict[int, bytes] = {}
-            if not ranges:
-                out.set_result((prefix, pieces, chunks))
-                return
-            for start, end in ranges:
-                self.store.submit_read(name, start, end).add_done_callback(
-                    lambda piece, start=start: on_piece(piece, start, prefix, pieces, chunks, len(ranges))
-                )
-
-        def on_piece(
-            request: Future[bytes], start: int, prefix: Any, pieces: dict[int, bytes], chunks: np.ndarray, n: int
-        ) -> None:
-            try:
-                data = request.result()
-            except BaseException as exc:
-                fail(exc)
-                return
-            with lock:
-                if out.done():
-                    return
-                pieces[start] = data
-                if len(pieces) == n:
-                    out.set_result((prefix, pieces, chunks))
-
-        want = min(size, prefix_size(n_cells, min(int(self.manifest.n_chunks), n_cells)))
-        self.store.submit_read(name, 0, want).add_done_callback(on_prefix)
-        return out
-
-    def _decode_ranged(self, tile: int, fetched: Future[tuple[Any, dict[int, bytes], np.ndarray]]) -> DecodedTile:
-        """Decode the chunks a ranged fetch brought (a partial tile, checked against the manifest)."""
-        from deltacells.codec import decode_chunks
-
-        try:
-            prefix, pieces, chunks = fetched.result()
-        except MissingObjectError as exc:
-            raise missing_tile(tile, self._fields).to_exception(self.store.url) from exc
-        header = prefix.header
-        counts = _HeaderCounts(header.n_cells, header.nnz, header.n_genes)
-        first_problem_raises(check_tile(counts, tile, self._fields), self.store.url)
-        where = f"{self.store.url.rstrip('/')}/{tile_path(tile)}"
+    def _decode_ranged(self, tile: int, fetched: Future[RangedFetch]) -> DecodedTile:
+        """Decode the chunks a ranged fetch brought (a partial tile, not cached), counting it."""
+        decoded = decode_ranged(tile, fetched, store=self.store, fields=self._fields)
         with self._guard():
             self._ranged += 1
-        return decode_chunks(prefix, pieces, chunks, name=where, threads=1).freeze()
+        return decoded
 
     def _submit_fetch(self, tile: int) -> Future[bytes]:
         """Start fetching tile ``tile`` whole: one request, its size taken from the manifest (no HEAD first).
