@@ -166,6 +166,26 @@ def test_convert_options_take_effect(h5ad, source, tmp_path):
     assert same_X(back.X, source.X)
 
 
+def test_convert_io_concurrency_reaches_the_store(h5ad, source, tmp_path, monkeypatch):
+    import deltacells.io._write as write_module
+
+    seen = []
+    real_open_store = write_module.open_store
+
+    def recording_open_store(path, storage_options=None, *, io_concurrency=None):
+        store = real_open_store(path, storage_options, io_concurrency=io_concurrency)
+        seen.append(store.io_concurrency)
+        return store
+
+    monkeypatch.setattr(write_module, "open_store", recording_open_store)
+    out = tmp_path / "out.deltacells"
+    result = run("convert", h5ad, out, "--io-concurrency", "3", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert seen == [3]
+    assert same_X(read_back(out, tmp_path / "cache").X, source.X)
+    assert run("convert", h5ad, tmp_path / "other", "--io-concurrency", "0").exit_code == 2
+
+
 def test_convert_no_obs_and_overwrite(h5ad, tmp_path):
     out = tmp_path / "out.deltacells"
     assert run("convert", "-q", h5ad, out).exit_code == 0

@@ -14,7 +14,7 @@ from deltacells._version import __version__
 from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
-from deltacells.cli._options import parse_storage_options, storage_option
+from deltacells.cli._options import io_concurrency_option, parse_storage_options, storage_option
 from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar (the summary is still printed).")
 @storage_option("OUT")
+@io_concurrency_option("uploads")
 def convert(
     source: Path,
     out: str,
@@ -98,6 +99,7 @@ def convert(
     jobs: int | None,
     quiet: bool,
     storage_options: str | None,
+    io_concurrency: int | None,
 ) -> None:
     """Convert IN (h5ad, zarr, 10x h5, 10x mtx directory, loom or deltacells) to a dataset at OUT.
 
@@ -145,6 +147,7 @@ def convert(
                 threads=jobs,
                 progress=not quiet,
                 storage_options=options,
+                io_concurrency=io_concurrency,
             )
     except CLIError:
         raise

@@ -1,4 +1,4 @@
-"""Options shared by several commands: ``--storage-options`` (fsspec options as JSON)."""
+"""Options shared by several commands: ``--storage-options`` (fsspec options as JSON), ``--io-concurrency``."""
 
 from __future__ import annotations
 
@@ -47,4 +47,16 @@ def storage_option(what: str) -> Any:
         metavar="JSON",
         default=None,
         help=f"fsspec options for a remote {what}, as a JSON object (e.g. '{{\"anon\": true}}').",
+    )
+
+
+def io_concurrency_option(what: str) -> Any:
+    """The ``--io-concurrency`` option: the most requests in flight at once for ``what`` (e.g. ``"uploads"``)."""
+    return click.option(
+        "--io-concurrency",
+        "io_concurrency",
+        type=click.IntRange(min=1),
+        metavar="N",
+        default=None,
+        help=f"The most {what} in flight at once [default: 32 on object storage, 8 on a local disk].",
     )

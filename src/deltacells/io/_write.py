@@ -40,6 +40,7 @@ def write_deltacells(
     threads: int | None = None,
     progress: bool = True,
     storage_options: dict[str, Any] | None = None,
+    io_concurrency: int | None = None,
 ) -> None:
     """Write an AnnData's raw counts as a deltacells dataset.
 
@@ -84,6 +85,9 @@ def write_deltacells(
         Show a progress bar.
     storage_options
         fsspec options for ``path``.
+    io_concurrency
+        The most uploads in flight at once (default: 32 on object storage and other remote filesystems,
+        8 on a local disk).
 
     Raises
     ------
@@ -98,7 +102,7 @@ def write_deltacells(
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
     ref = view_parts(adata)[0]
     var = (ref.raw.var if raw else ref.var).iloc[source.cols].copy()
-    store = open_store(path, storage_options)
+    store = open_store(path, storage_options, io_concurrency=io_concurrency)
     check_output(store, overwrite=overwrite)
     _warn_dropped(adata, layer=layer, raw=raw)
     if not var.index.is_unique:
