@@ -154,3 +154,21 @@ def test_write_deltacells_from_a_lazy_obs(written: tuple[ad.AnnData, Path], cach
     assert got.obs["donor"].tolist() == expected.obs["donor"].tolist()
     with pytest.raises(KeyError, match="nothing"):
         deltacells.write_deltacells(lazy, tmp_path / "bad", progress=False, obs_columns=["nothing"])
+
+
+def test_dtype_is_known_before_reading(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
+    original, path = written
+    lazy = _read_lazy(path, cache_dir)
+    assert list(lazy.obs["cell_type"].dtype.categories) == list(original.obs["cell_type"].cat.categories)
+    assert not list(cache_dir.rglob("*.arrow"))
+
+
+@pytest.mark.parametrize("codes", [[0, 2, 2, -1], [1, 1], [-1, -1], [0, 1, 2, 3]])
+def test_unused_categories_dropped_as_pandas_does(codes: list[int]) -> None:
+    from deltacells.io._lazy_obs import _without_unused_categories
+
+    values = pd.Categorical.from_codes(np.array(codes, dtype=np.int8), categories=["a", "b", "c", "d"], ordered=True)
+    got, expected = _without_unused_categories(values), values.remove_unused_categories()
+    assert list(got.categories) == list(expected.categories)
+    np.testing.assert_array_equal(got.codes, expected.codes)
+    assert got.ordered

@@ -23,6 +23,7 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import xarray as xr
 from anndata.experimental.backed import Dataset2D
 from xarray.backends import BackendArray
@@ -176,12 +177,23 @@ def _wrap(values: Any) -> Any:
     if isinstance(values.dtype, pd.StringDtype):  # xarray holds strings in numpy arrays
         return values.to_numpy(dtype=object, na_value=None)
     if isinstance(values, pd.Categorical) and ad.settings.remove_unused_categories:
-        values = values.remove_unused_categories()
+        values = _without_unused_categories(values)
     return PandasExtensionArray(values)
+
+
+def _without_unused_categories(values: pd.Categorical) -> pd.Categorical:
+    """``values.remove_unused_categories()``, finding the codes used by hashing (pandas sorts every code)."""
+    used = pc.unique(pa.array(values.codes)).to_numpy()
+    used = used[used >= 0]
+    if used.shape[0] == len(values.categories):
+        return values
+    unused = np.ones(len(values.categories), dtype=bool)
+    unused[used] = False
+    return values.remove_categories(values.categories[unused])
 
 
 def _dtype_of(obs_store: ObsStore, name: str) -> Any:
     """The dtype :meth:`ObsStore.take` gives for column ``name``, found without reading it."""
     column = obs_store.schema.column(name)
-    empty = _wrap(to_pandas_values(column, pa.array([], type=column.pa_type)))
-    return empty.dtype
+    dtype = to_pandas_values(column, pa.array([], type=column.pa_type)).dtype
+    return np.dtype(object) if isinstance(dtype, pd.StringDtype) else dtype  # as _wrap gives strings

@@ -281,10 +281,12 @@ class ObsStore:
         """The per-tile arrays of column ``name``'s cache file, localizing it first; kept for later calls."""
         chunks = self._mapped.get(name)
         if chunks is None:
-            self._arrays([name])  # localize it if needed (and check it reads back)
             chunks = self._cached_chunks(name)
-            if chunks is None:  # pragma: no cover - _arrays has just checked it
-                msg = f"{self._path(name)}: the cached obs column {name!r} cannot be read"
+            if chunks is None:
+                self._localize([name])
+                chunks = self._cached_chunks(name)
+            if chunks is None:
+                msg = f"{self._path(name)}: the cached obs column {name!r} cannot be read back after fetching it"
                 raise FormatError(msg)
             self._mapped[name] = chunks
         return chunks
