@@ -172,3 +172,36 @@ def test_unused_categories_dropped_as_pandas_does(codes: list[int]) -> None:
     assert list(got.categories) == list(expected.categories)
     np.testing.assert_array_equal(got.codes, expected.codes)
     assert got.ordered
+
+
+def test_selection_never_builds_the_whole_range(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
+    _, path = written
+    lazy = _read_lazy(path, cache_dir)
+    view = lazy[np.array([3, 1, 1400])]
+    assert view.obs_names.tolist() == [3, 1, 1400]
+    assert "_data" not in lazy.obs.index._cache  # pandas caches the arange it builds for range_index[array]
+    mask = np.zeros(lazy.n_obs, dtype=bool)
+    mask[[7, 9]] = True
+    assert lazy[mask].obs_names.tolist() == [7, 9]
+    assert lazy[-1:].obs_names.tolist() == [lazy.n_obs - 1]
+    assert lazy[np.array([-1])].obs_names.tolist() == [lazy.n_obs - 1]
+    with pytest.raises(IndexError):
+        lazy[np.array([lazy.n_obs])].obs  # noqa: B018
+
+
+def test_damaged_cache_array_is_reported_for_the_tiles_used(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
+    import pyarrow as pa
+
+    from deltacells.errors import FormatError
+
+    _, path = written
+    lazy = _read_lazy(path, cache_dir)
+    obs_store = lazy.obs["_index"].variable._data.array.obs_store
+    chunks, checked = obs_store._chunks("_index")
+    good = chunks[1]
+    offsets = np.frombuffer(good.buffers()[1], dtype=np.int32)[: len(good) + 1].copy()
+    offsets[5] = offsets[-1] + 100  # past the end of the values
+    chunks[1] = pa.StringArray.from_buffers(len(good), pa.py_buffer(offsets.tobytes()), good.buffers()[2])
+    assert obs_store.take("_index", np.array([0])).tolist() == ["cell_0000000"]  # tile 0 is fine
+    with pytest.raises(FormatError, match="tile 1"):
+        obs_store.take("_index", np.array([130]))  # tile 1 (tiles of 128 cells)

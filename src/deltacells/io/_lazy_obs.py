@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from deltacells.obs import ObsStore
 
-__all__ = ["OBS_DIM", "CachedObsColumn", "NumberNames", "add_lazy_columns", "lazy_obs_frame"]
+__all__ = ["OBS_DIM", "CachedObsColumn", "CellNumberIndex", "NumberNames", "add_lazy_columns", "lazy_obs_frame"]
 
 #: Name of the obs dimension (and of the index of cell numbers) of a lazy obs.
 OBS_DIM = "cell"
@@ -58,7 +58,7 @@ def lazy_obs_frame(obs_store: ObsStore | None, n_cells: int, columns: Sequence[s
     names
         Make the stored names (``_index``) the frame's true index, so that ``to_memory()`` gives them.
     """
-    index = xr.indexes.PandasIndex(pd.RangeIndex(n_cells, name=OBS_DIM), OBS_DIM)
+    index = CellNumberIndex(pd.RangeIndex(n_cells, name=OBS_DIM), OBS_DIM)
     frame = Dataset2D(xr.Dataset(coords=xr.Coordinates.from_xindex(index)))
     if obs_store is not None:
         add_lazy_columns(frame, obs_store, columns)
@@ -68,6 +68,38 @@ def lazy_obs_frame(obs_store: ObsStore | None, n_cells: int, columns: Sequence[s
         frame.ds[INDEX_COLUMN] = xr.Variable((OBS_DIM,), LazilyIndexedArray(NumberNames(n_cells)))
     frame.true_index_dim = INDEX_COLUMN
     return frame
+
+
+class CellNumberIndex(xr.indexes.PandasIndex):
+    """xarray's index over a :class:`pandas.RangeIndex` of cell numbers, selecting without materializing it.
+
+    pandas answers ``range_index[positions]`` by building the whole ``arange`` first (800 MB for 100 million
+    cells, kept in the index's cache); this index computes the selected cell numbers only.
+    """
+
+    def isel(self, indexers: Any) -> Any:
+        """Select positions: a slice keeps a ``RangeIndex``, an array gives the selected cell numbers."""
+        indxr = indexers[self.dim]
+        if isinstance(indxr, xr.Variable) and indxr.dims == (self.dim,):
+            indxr = indxr.data
+        index = self.index
+        if isinstance(index, pd.RangeIndex) and isinstance(indxr, np.ndarray) and indxr.ndim == 1:
+            if indxr.dtype == bool:
+                if indxr.shape[0] != len(index):
+                    msg = f"a boolean mask of {indxr.shape[0]} values for {len(index)} cells"
+                    raise IndexError(msg)
+                positions = np.flatnonzero(indxr)
+            elif indxr.dtype.kind in "iu":
+                positions = indxr.astype(np.int64, copy=False)
+                if positions.size and (positions.min() < -len(index) or positions.max() >= len(index)):
+                    msg = f"cell positions must lie in -{len(index)} .. {len(index) - 1}"
+                    raise IndexError(msg)
+                positions = np.where(positions < 0, positions + len(index), positions)
+            else:
+                return super().isel(indexers)
+            numbers = index.start + index.step * positions
+            return self._replace(pd.Index(numbers, dtype=np.int64, name=index.name))
+        return super().isel(indexers)
 
 
 def add_lazy_columns(frame: Any, obs_store: ObsStore, columns: Sequence[str]) -> None:

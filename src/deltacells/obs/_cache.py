@@ -119,7 +119,8 @@ class ObsStore:
         self._cache_dir: Path | None = None
         self._schema: ObsSchema | None = None
         self._lock = threading.RLock()
-        self._mapped: dict[str, list[pa.Array]] = {}  # column -> its cache file's per-tile arrays (memory-mapped)
+        # column -> its cache file's per-tile arrays (memory-mapped) and which of them were checked in full
+        self._mapped: dict[str, tuple[list[pa.Array], np.ndarray]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.store, self.manifest.to_dict(), self._cache_dir_arg, self.verify))
@@ -270,25 +271,43 @@ class ObsStore:
             :class:`pandas.Categorical` for a categorical column: its codes, never a Python object per cell).
         """
         self._check_names([name])
-        chunks = self._chunks(name)
         if cells is None:
+            chunks = self._checked(name, None)
             array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
         else:
-            array = take_from_tiles(chunks, self.manifest.tile_cells, np.asarray(cells, dtype=np.int64))
+            cells = np.asarray(cells, dtype=np.int64)
+            chunks = self._checked(name, np.unique(self._tile_of(cells)))
+            array = take_from_tiles(chunks, self.manifest.tile_cells, cells)
         return to_pandas_values(self.schema.column(name), array)
 
     def _chunks(self, name: str) -> list[pa.Array]:
         """The per-tile arrays of column ``name``'s cache file, localizing it first; kept for later calls."""
-        chunks = self._mapped.get(name)
-        if chunks is None:
-            chunks = self._cached_chunks(name)
+        mapped = self._mapped.get(name)
+        if mapped is None:
+            chunks = self._cached_chunks(name, validate=False)
             if chunks is None:
                 self._localize([name])
-                chunks = self._cached_chunks(name)
+                chunks = self._cached_chunks(name, validate=False)
             if chunks is None:
                 msg = f"{self._path(name)}: the cached obs column {name!r} cannot be read back after fetching it"
                 raise FormatError(msg)
-            self._mapped[name] = chunks
+            mapped = self._mapped[name] = (chunks, np.zeros(len(chunks), dtype=bool))
+        return mapped
+
+    def _checked(self, name: str, tiles: np.ndarray | None) -> list[pa.Array]:
+        """The per-tile arrays of column ``name``, those of ``tiles`` (all for ``None``) checked in full.
+
+        Checking a string column's arrays reads all their values, so it is done for the tiles used only.
+        """
+        chunks, checked = self._chunks(name)
+        todo = np.flatnonzero(~checked) if tiles is None else tiles[~checked[tiles]]
+        for t in todo.tolist():
+            try:
+                chunks[t].validate(full=True)
+            except pa.ArrowException as exc:
+                msg = f"{self._path(name)}: the cached obs column {name!r} is damaged in tile {t} ({exc}); delete it"
+                raise FormatError(msg) from exc
+            checked[t] = True
         return chunks
 
     # ------------------------------------------------------------------ internals: schema
@@ -358,11 +377,22 @@ class ObsStore:
             return pa.array([], type=self.schema.column(name).pa_type)
         return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
 
-    def _cached_chunks(self, name: str) -> list[pa.Array] | None:
+    def _cached_chunks(self, name: str, *, validate: bool = True) -> list[pa.Array] | None:
         """The record batches of column ``name``'s cache file (one per tile), or ``None`` if it does not match."""
         column = self.schema.column(name)
         fingerprint = str(self.manifest.obs_fingerprint)
-        return read_column_file(self._path(name), name, column.pa_type, self.manifest.tile_cells, fingerprint)
+        return read_column_file(
+            self._path(name), name, column.pa_type, self.manifest.tile_cells, fingerprint, validate=validate
+        )
+
+    def _tile_of(self, cells: np.ndarray) -> np.ndarray:
+        """The tile of each cell number (checked to lie in the dataset)."""
+        starts = np.zeros(self.manifest.n_tiles + 1, dtype=np.int64)
+        np.cumsum(self.manifest.tile_cells, out=starts[1:])
+        if cells.size and (cells.min() < 0 or cells.max() >= starts[-1]):
+            msg = f"cell numbers must lie in 0 .. {starts[-1] - 1}"
+            raise InvalidValueError(msg)
+        return np.searchsorted(starts, cells, side="right") - 1
 
     def _arrays(self, names: list[str]) -> dict[str, pa.Array]:
         """The values of columns ``names`` from the cache, localizing the ones that are not there."""

@@ -37,13 +37,21 @@ FINGERPRINT_KEY = b"deltacells.obs_fingerprint"
 
 
 def read_column_file(
-    path: Path, name: str, arrow_type: pa.DataType, tile_cells: np.ndarray, fingerprint: str
+    path: Path,
+    name: str,
+    arrow_type: pa.DataType,
+    tile_cells: np.ndarray,
+    fingerprint: str,
+    *,
+    validate: bool = True,
 ) -> list[pa.Array] | None:
     """Memory-map a cached column and return its record batches' values, one array per tile.
 
     Returns ``None`` when the file is missing, unreadable or truncated, was fetched for another
     fingerprint, or does not hold exactly one column ``name`` of ``arrow_type`` in one record batch of
     ``tile_cells[t]`` rows per tile (string offsets included: a damaged file must not crash the reader).
+    With ``validate=False`` the arrays' buffers are not checked (that reads every value of a string
+    column); the caller must then ``validate(full=True)`` each array before it uses its values.
     """
     if not path.exists():
         return None
@@ -58,14 +66,14 @@ def read_column_file(
             if (reader.schema.metadata or {}).get(FINGERPRINT_KEY) != fingerprint.encode():
                 return None
             full = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-            chunks = []
-            for i, expected in enumerate(tile_cells):
-                batch = reader.get_batch(i)
-                if batch.num_rows != int(expected) or batch.num_columns != 1:
-                    return None
-                chunk = batch.column(0)
-                chunk.validate(full=full)
-                chunks.append(chunk)
+            chunks = reader.read_all().column(0).chunks  # one array per record batch, zero-copy
+            if len(chunks) != tile_cells.shape[0]:
+                return None
+            rows = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+            if not np.array_equal(rows, tile_cells):
+                return None
+            for chunk in chunks:
+                chunk.validate(full=full and validate)
             return chunks
         finally:
             source.close()  # the buffers keep the mapping alive as long as they are used
