@@ -197,7 +197,7 @@ def test_damaged_cache_array_is_reported_for_the_tiles_used(written: tuple[ad.An
     _, path = written
     lazy = _read_lazy(path, cache_dir)
     obs_store = lazy.obs["_index"].variable._data.array.obs_store
-    chunks, checked = obs_store._chunks("_index")
+    chunks, _ = obs_store._chunks("_index")
     good = chunks[1]
     offsets = np.frombuffer(good.buffers()[1], dtype=np.int32)[: len(good) + 1].copy()
     offsets[5] = offsets[-1] + 100  # past the end of the values
