@@ -717,3 +717,141 @@ def test_conformance_crc_only_vectors_listed() -> None:
         if prefix_error != str(info.value) and (not failing or failing[min(failing)] != str(info.value)):
             differ.add(path.stem)
     assert differ == CRC_ONLY
+
+
+# ---------------------------------------------------------------------- whole objects, chunk sets and merging
+
+
+def test_decoders_say_which_chunks_they_hold(case: tuple[str, bytes, DecodedTile, int]) -> None:
+    """decode_tile and decode_chunks set chunk_bounds (the table's cell_lo, then n_cells) and chunk_mask."""
+    _, blob, full, n_chunks = case
+    bounds = np.append(chunk_table(blob)[:, 0], full.n_cells).astype(np.int64)
+    np.testing.assert_array_equal(full.chunk_bounds, bounds, strict=True)
+    assert full.chunk_mask.tolist() == [True] * n_chunks and full.n_chunks_decoded == n_chunks
+    prefix = parse_prefix(blob, object_size=len(blob))
+    np.testing.assert_array_equal(prefix.chunk_bounds, bounds, strict=True)
+    tile = decode_chunks(prefix, [(0, blob)], [n_chunks - 1])
+    assert np.flatnonzero(tile.chunk_mask).tolist() == [n_chunks - 1] and tile.n_chunks_decoded == 1
+    lo = int(bounds[n_chunks - 1])
+    cells = np.arange(lo, full.n_cells)
+    assert full.holds(None) and full.holds(cells) and tile.holds(cells) and tile.holds(cells[::-1])
+    assert tile.holds(np.empty(0, np.int64))
+    if n_chunks > 1 and lo > 0:
+        assert not tile.holds(None) and not tile.holds(np.array([lo - 1, lo]))
+
+
+def test_parse_tile_is_parse_prefix_plus_the_crc(case: tuple[str, bytes, DecodedTile, int]) -> None:
+    """parse_tile of a whole object gives the prefix, and decode_chunks of it (one piece) the full decode's rows."""
+    _, blob, full, n_chunks = case
+    prefix = deltacells.codec._partial.parse_tile(blob, name="t.dct")
+    np.testing.assert_array_equal(prefix.indptr, full.indptr)
+    rng = np.random.default_rng(n_chunks)
+    for _ in range(3):
+        chunks = np.unique(rng.choice(n_chunks, int(rng.integers(1, n_chunks + 1))))
+        assert_partial(decode_chunks(prefix, [(0, blob)], chunks), full, prefix, chunks)
+
+
+@pytest.mark.parametrize("offset", [-1, 64, 200, -20])
+def test_parse_tile_checks_the_crc(eight: tuple[bytes, TilePrefix], offset: int) -> None:
+    """A same-size corruption anywhere in the payload (a chunk nobody decodes too) fails the CRC-32 first."""
+    blob = bytearray(eight[0])
+    blob[offset] ^= 0x5A
+    with pytest.raises(FormatError, match=r"t\.dct: CRC-32"):
+        deltacells.codec._partial.parse_tile(bytes(blob), name="t.dct")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        pytest.param(lambda b: b[:-1], "total_size", id="truncated"),
+        pytest.param(lambda b: b"XELTACEL" + b[8:], "magic", id="magic"),
+        pytest.param(lambda b: b[:40] + struct.pack("<Q", 12) + b[48:], "indptr_off", id="indptr-off"),
+    ],
+)
+def test_parse_tile_checks_the_header(eight: tuple[bytes, TilePrefix], change: object, match: str) -> None:
+    with pytest.raises(FormatError, match=match):
+        deltacells.codec._partial.parse_tile(change(eight[0]), name="t.dct")
+
+
+def test_parse_tile_checks_the_table_and_indptr_like_decode_tile() -> None:
+    """A chunk table that disagrees with the indptr (CRC fixed) is refused, as decode_tile refuses it."""
+    indptr, indices, data = random_tile(21, 50, 100, empty=0.0)
+    blob = bytearray(patch_table(deltacells.encode_tile(indptr, indices, data, 100, n_chunks=4, level=1), 1, 2, 3))
+    struct.pack_into("<I", blob, 56, zlib.crc32(blob[64:]))
+    for decode in (decode_tile, deltacells.codec._partial.parse_tile):
+        with pytest.raises(FormatError, match="chunk 1"):
+            decode(bytes(blob), name="t.dct")
+
+
+def _decode_some(blob: bytes, chunks: object) -> DecodedTile:
+    prefix = parse_prefix(blob, object_size=len(blob))
+    return decode_chunks(prefix, [(0, blob)], chunks)
+
+
+def test_merge_partial_is_the_decode_of_the_union(case: tuple[str, bytes, DecodedTile, int]) -> None:
+    """Merging decodings of two chunk sets gives the decoding of their union, row for row."""
+    label, blob, full, n_chunks = case
+    merge = deltacells.codec._partial.merge_partial
+    prefix = parse_prefix(blob, object_size=len(blob))
+    rng = np.random.default_rng(len(label) + 7)
+    for _ in range(6):
+        a = rng.choice(n_chunks, int(rng.integers(0, n_chunks + 1)))
+        b = rng.choice(n_chunks, int(rng.integers(0, n_chunks + 1)))
+        merged = merge(_decode_some(blob, a), _decode_some(blob, b))
+        union = np.union1d(a, b).astype(np.int64)
+        assert_partial(merged, full, prefix, union)
+        assert np.flatnonzero(merged.chunk_mask).tolist() == union.tolist()
+        np.testing.assert_array_equal(merged.chunk_bounds, full.chunk_bounds)
+    halves = merge(_decode_some(blob, range(0, n_chunks, 2)), _decode_some(blob, range(1, n_chunks, 2)))
+    assert halves.complete and halves.holds(None)
+    np.testing.assert_array_equal(halves.indptr, full.indptr, strict=True)
+    np.testing.assert_array_equal(halves.indices, full.indices, strict=True)
+    np.testing.assert_array_equal(halves.data, full.data, strict=True)
+
+
+def test_merge_partial_returns_a_tile_that_holds_the_other() -> None:
+    """No copy when one tile holds every chunk of the other (a complete one holds them all)."""
+    merge = deltacells.codec._partial.merge_partial
+    indptr, indices, data = random_tile(22, 80, 100)
+    blob = deltacells.encode_tile(indptr, indices, data, 100, n_chunks=8, level=1)
+    small, large, full = _decode_some(blob, [2]), _decode_some(blob, [1, 2, 5]), decode_tile(blob)
+    assert merge(small, large) is large and merge(large, small) is large
+    assert merge(full, small) is full and merge(small, full) is full
+    assert merge(small, _decode_some(blob, [2])) is small
+    assert not merge(small, _decode_some(blob, [3])).complete
+
+
+def test_merge_partial_keeps_the_float32_flag() -> None:
+    merge = deltacells.codec._partial.merge_partial
+    indptr, indices, data = random_tile(23, 300, 1000, big_counts=0.02)
+    blob = deltacells.encode_tile(indptr, indices, data, 1000, n_chunks=6, level=1)
+    tiles = [_decode_some(blob, [c]) for c in range(6)]
+    flags = [t.inexact_in_float32 for t in tiles]
+    assert any(flags)
+    for a in range(6):
+        for b in range(6):
+            assert merge(tiles[a], tiles[b]).inexact_in_float32 == (flags[a] or flags[b])
+
+
+def test_merge_partial_refuses_other_tiles() -> None:
+    merge = deltacells.codec._partial.merge_partial
+    indptr, indices, data = random_tile(24, 40, 100)
+    four = deltacells.encode_tile(indptr, indices, data, 100, n_chunks=4, level=1)
+    five = deltacells.encode_tile(indptr, indices, data, 100, n_chunks=5, level=1)
+    with pytest.raises(InvalidValueError, match="same tile"):
+        merge(_decode_some(four, [0]), _decode_some(five, [1]))
+    bare = DecodedTile(np.zeros(41, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), 100, complete=False)
+    with pytest.raises(InvalidValueError, match="chunk_bounds"):
+        merge(bare, _decode_some(four, [1]))
+    assert not bare.holds(np.array([0])) and bare.n_chunks_decoded == 0
+
+
+def test_copy_and_freeze_keep_the_chunk_set() -> None:
+    indptr, indices, data = random_tile(25, 30, 100)
+    tile = _decode_some(deltacells.encode_tile(indptr, indices, data, 100, n_chunks=3, level=1), [1])
+    copied = tile.copy()
+    np.testing.assert_array_equal(copied.chunk_mask, tile.chunk_mask)
+    np.testing.assert_array_equal(copied.chunk_bounds, tile.chunk_bounds)
+    assert not np.shares_memory(copied.chunk_mask, tile.chunk_mask)
+    frozen = copied.freeze()
+    assert not frozen.chunk_mask.flags.writeable and not frozen.chunk_bounds.flags.writeable

@@ -325,15 +325,24 @@ def test_without_cache_every_read_decodes(uneven):
 def test_cache_decodes_once(uneven):
     ds = uneven.open(threads=1)
     first = ds.read_rows([25, 52])
-    assert ds.tiles_decoded == 2
-    second = ds.read_rows([52, 25, 21])
-    assert ds.tiles_decoded == 2
-    assert (first[[1, 0]] != second[:2]).nnz == 0
+    assert ds.tiles_decoded == 2 and ds.chunks_decoded == 2  # one chunk of each (partial tiles, cached)
+    second = ds.read_rows([52, 25])
+    assert ds.tiles_decoded == 2 and ds.chunks_decoded == 2
+    assert (first[[1, 0]] != second).nnz == 0
     assert len(ds.cache) == 2
-    assert ds.cache.nbytes == ds.read_tile(2).nbytes + ds.read_tile(5).nbytes
-    assert ds.tiles_decoded == 2
+    partial_bytes = ds.cache.nbytes
+    whole_bytes = ds.read_tile(2).nbytes + ds.read_tile(5).nbytes
+    assert whole_bytes > partial_bytes
+    assert ds.tiles_decoded == 4  # the other chunks of both
+    # The partial tiles (read twice: protected) stay until the whole ones, in probation, are used again.
+    assert ds.cache.nbytes == partial_bytes + whole_bytes and len(ds.cache) == 2
+    ds.read_tile(2)
+    ds.read_tile(5)
+    assert ds.cache.nbytes == whole_bytes and len(ds.cache) == 2
+    assert ds.tiles_decoded == 4
+    assert ds.chunks_decoded == 16  # 8 chunks a tile, each decoded once
     ds.read_rows()
-    assert ds.tiles_decoded == 11
+    assert ds.tiles_decoded == 13
 
 
 def test_read_tile_uses_the_cache(uneven):
@@ -389,7 +398,9 @@ def test_cache_evicts_least_recently_used(write_dataset):
     probe = open_dataset(path, tile_cache_bytes=0)
     sizes = {probe.read_tile(t).nbytes for t in range(4)}
     assert len(sizes) == 1
-    ds = open_dataset(path, tile_cache_bytes=2 * sizes.pop(), threads=1)
+    size = sizes.pop()
+    ds = open_dataset(path, tile_cache_bytes=2 * size, threads=1)
+    ds._tiles.cache = TileCache(2 * size, policy="lru")
     decoded = []
     for t in [0, 1, 0, 2, 0, 1, 2, 1]:
         ds.read_tile(t)
@@ -397,6 +408,15 @@ def test_cache_evicts_least_recently_used(write_dataset):
         assert len(ds.cache) <= 2
     # LRU: reading 0 again protects it from the eviction caused by 2 (FIFO would evict 0 instead).
     assert decoded == [1, 2, 2, 3, 3, 4, 5, 5]
+    # SLRU (the default): 0, used again, is protected (a share of 80% of the cache: one tile of these);
+    # the others take turns in probation, so 1 is evicted by 2 and 2 by 1.
+    ds = open_dataset(path, tile_cache_bytes=2 * size, threads=1)
+    decoded = []
+    for t in [0, 1, 0, 2, 0, 1, 2, 1]:
+        ds.read_tile(t)
+        decoded.append(ds.tiles_decoded)
+    assert decoded == [1, 2, 2, 3, 3, 4, 5, 6]
+    assert ds.cache.segment(0) == "protected"
 
 
 class FakeTile:

@@ -26,6 +26,7 @@ from reliability_lib import BENCH_MEMORY
 
 import deltacells
 import deltacells.codec as reader_module  # the tile checker imports decode_tile from here when it runs
+import deltacells.codec._partial as partial_module  # the reader imports decode_chunks from here when it runs
 from deltacells.dataset import DatasetWriter
 
 THREADS = 2
@@ -85,6 +86,9 @@ def many_tiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 def live(monkeypatch: pytest.MonkeyPatch) -> LiveTiles:
     counter = LiveTiles()
     monkeypatch.setattr(reader_module, "decode_tile", counter.wrap(reader_module.decode_tile))
+    # tiles wanted for some of their cells are decoded chunk by chunk, and merged with what is cached
+    for name in ("decode_chunks", "merge_partial"):
+        monkeypatch.setattr(partial_module, name, counter.wrap(getattr(partial_module, name)))
     return counter
 
 

@@ -99,7 +99,8 @@ def test_iter_tiles_yields_partial_tiles_with_the_wanted_rows(root: Path, manife
     partial = got[0][1]
     assert partial.nnz < _whole(root, manifest, 0).nnz, "only the chunks holding the rows were decoded"
     assert reader.tiles_read_ranged == 2 and reader.tiles_decoded == 1
-    assert len(reader.cache) == 1, "partial tiles are not cached"
+    assert len(reader.cache) == 3, "partial tiles are cached too"
+    assert reader.cache.peek(0) is partial and not reader.reads_ranged(0, 2, cells=rows[0]), "held: nothing to read"
 
 
 def test_dataset_reads_a_sparse_subset_right(root: Path, matrix: sparse.csr_matrix) -> None:

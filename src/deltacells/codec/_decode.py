@@ -78,6 +78,13 @@ class DecodedTile:
         ``deltacells.codec.decode_chunks`` may not be: the cells of the chunks it
         did not decode are empty rows, which do not mean that those cells have no
         counts.
+    chunk_bounds
+        ``int64[n_chunks + 1]``: chunk ``c`` holds cells ``chunk_bounds[c] ..
+        chunk_bounds[c + 1] - 1`` (the chunk table's ``cell_lo``, then ``n_cells``).
+        Set by the decoders; ``None`` for a tile built otherwise.
+    chunk_mask
+        ``bool[n_chunks]``: which chunks were decoded (all of them for a complete
+        tile). Set by the decoders; ``None`` for a tile built otherwise.
     """
 
     indptr: np.ndarray
@@ -86,6 +93,8 @@ class DecodedTile:
     n_genes: int
     inexact_in_float32: bool = False
     complete: bool = True
+    chunk_bounds: np.ndarray | None = None
+    chunk_mask: np.ndarray | None = None
 
     @property
     def n_cells(self) -> int:
@@ -107,6 +116,27 @@ class DecodedTile:
         """Memory held by the three arrays."""
         return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
 
+    @property
+    def n_chunks_decoded(self) -> int:
+        """Chunks decoded (``n_chunks`` of a complete tile; 0 when ``chunk_mask`` is unknown)."""
+        return 0 if self.chunk_mask is None else int(np.count_nonzero(self.chunk_mask))
+
+    def holds(self, cells: np.ndarray | None) -> bool:
+        """Whether the rows of ``cells`` (tile-local cell numbers; ``None``: every cell) are decoded.
+
+        A complete tile holds every cell; a partial one the cells of its decoded chunks
+        (those of ``chunk_mask``). A partial tile without ``chunk_bounds`` holds none.
+        """
+        if self.complete:
+            return True
+        if cells is None or self.chunk_bounds is None or self.chunk_mask is None:
+            return False
+        cells = np.asarray(cells)
+        if cells.size == 0:
+            return True
+        chunks = np.searchsorted(self.chunk_bounds, cells, side="right") - 1
+        return bool(self.chunk_mask[chunks].all())
+
     def to_csr(self, dtype: np.dtype | type = np.float32) -> sparse.csr_matrix:
         """Return the tile as a :class:`scipy.sparse.csr_matrix` with values of ``dtype``, in arrays of its own."""
         from scipy import sparse
@@ -124,12 +154,15 @@ class DecodedTile:
             self.n_genes,
             self.inexact_in_float32,
             self.complete,
+            None if self.chunk_bounds is None else self.chunk_bounds.copy(),
+            None if self.chunk_mask is None else self.chunk_mask.copy(),
         )
 
     def freeze(self) -> DecodedTile:
         """Make the arrays read-only (in place) and return the tile: what a cache shares between readers."""
-        for array in (self.indptr, self.indices, self.data):
-            array.flags.writeable = False
+        for array in (self.indptr, self.indices, self.data, self.chunk_bounds, self.chunk_mask):
+            if array is not None:
+                array.flags.writeable = False
         return self
 
 
@@ -208,10 +241,7 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     require_little_endian()
     view = memoryview(blob).cast("B")
     header = TileHeader.unpack(view, name=name)
-    crc = zlib.crc32(view[HEADER_SIZE:])
-    if crc != header.crc32:
-        msg = f"{name}: CRC-32 of the payload is {crc:#010x}, the header field crc32 says {header.crc32:#010x}"
-        raise FormatError(msg)
+    check_crc(view, header, name)
     indptr = np.frombuffer(view, dtype="<i8", count=header.n_cells + 1, offset=header.indptr_off)
     _check_indptr(indptr, header, name)
     table = read_chunk_table(view, header)
@@ -237,7 +267,31 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
         data=data,
         n_genes=header.n_genes,
         inexact_in_float32=any(large),
+        chunk_bounds=chunk_bounds(table, header.n_cells),
+        chunk_mask=np.ones(header.n_chunks, dtype=bool),
     )
+
+
+def check_crc(view: memoryview, header: TileHeader, name: str) -> None:
+    """Check the CRC-32 of a whole tile object's payload (bytes ``[64, total_size)``) against its header.
+
+    Raises
+    ------
+    FormatError
+        If they differ.
+    """
+    crc = zlib.crc32(view[HEADER_SIZE:])
+    if crc != header.crc32:
+        msg = f"{name}: CRC-32 of the payload is {crc:#010x}, the header field crc32 says {header.crc32:#010x}"
+        raise FormatError(msg)
+
+
+def chunk_bounds(table: np.ndarray, n_cells: int) -> np.ndarray:
+    """``int64[n_chunks + 1]``: the chunks' first cells (``cell_lo``), then ``n_cells``."""
+    bounds = np.empty(table.shape[0] + 1, dtype=np.int64)
+    bounds[:-1] = table[:, CELL_LO]
+    bounds[-1] = n_cells
+    return bounds
 
 
 def _check_indptr(indptr: np.ndarray, header: TileHeader, name: str) -> None:

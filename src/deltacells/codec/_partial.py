@@ -11,6 +11,12 @@ A reader on object storage need not fetch a whole tile to read a few of its cell
 Every rule of the format is checked on what is read, except the CRC-32, which covers the
 whole tile and cannot be checked from ranges. Nothing is allocated on the strength of a
 header field before it has been checked against the object size the caller knows.
+
+A reader holding the whole object (a local file, or a tile fetched whole) but wanting a
+few of its cells :func:`parse_tile` s it instead (the same checks, the CRC-32 included)
+and passes the object as the one piece ``[(0, blob)]``. Two partial decodings of a tile
+combine with :func:`merge_partial` (what a cache of partial tiles does when more chunks
+of a tile are asked for).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from deltacells.codec._decode import (
     _check_frame_sizes,
     _check_indptr,
     _decode_chunk,
+    check_crc,
+    chunk_bounds,
     require_little_endian,
 )
 from deltacells.codec._layout import (
@@ -64,7 +72,16 @@ from deltacells.errors import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PieceSource", "PrefixTooShortError", "TilePrefix", "decode_chunks", "parse_prefix", "prefix_size"]
+__all__ = [
+    "PieceSource",
+    "PrefixTooShortError",
+    "TilePrefix",
+    "decode_chunks",
+    "merge_partial",
+    "parse_prefix",
+    "parse_tile",
+    "prefix_size",
+]
 
 #: Frames closer than this are fetched in one request (a request costs more than a few KiB of transfer).
 DEFAULT_MAX_GAP = 4096
@@ -134,6 +151,11 @@ class TilePrefix:
     def n_chunks(self) -> int:
         """Chunks of the tile."""
         return self.header.n_chunks
+
+    @property
+    def chunk_bounds(self) -> np.ndarray:
+        """``int64[n_chunks + 1]``: chunk ``c`` holds cells ``chunk_bounds[c] .. chunk_bounds[c + 1] - 1``."""
+        return chunk_bounds(self.table, self.header.n_cells)
 
     @property
     def nbytes_needed(self) -> int:
@@ -296,6 +318,131 @@ def parse_prefix(
     return TilePrefix(header, indptr, table)
 
 
+def parse_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", n_cells: int | None = None) -> TilePrefix:
+    """Check and parse the header, CRC-32, chunk table and indptr of a whole tile object.
+
+    What :func:`~deltacells.decode_tile` checks before it decompresses anything, in the
+    same order (header, CRC-32 of the payload, indptr, chunk table): the frames of the
+    chunks to decode are then checked by :func:`decode_chunks`, given the object as
+    the one piece ``[(0, blob)]``. Every rule of FORMAT.md is so checked on a tile of
+    which only some chunks are decoded.
+
+    Parameters
+    ----------
+    blob
+        The whole tile object.
+    name
+        How to call the object in error messages (e.g. its path).
+    n_cells
+        The cells the caller expects the tile to have, if it knows them.
+
+    Returns
+    -------
+    TilePrefix
+
+    Raises
+    ------
+    FormatError
+        If the header, CRC-32, chunk table or indptr break a rule of the format.
+
+    Examples
+    --------
+    >>> import numpy as np, deltacells
+    >>> from deltacells.codec._partial import decode_chunks, parse_tile
+    >>> blob = deltacells.encode_tile(np.array([0, 2, 2, 3]), np.array([1, 4, 0]), np.array([5, 1, 7]), 6, n_chunks=2)
+    >>> prefix = parse_tile(blob)
+    >>> tile = decode_chunks(prefix, [(0, blob)], prefix.chunks_for_cells([2]))
+    >>> tile.indices.tolist(), tile.chunk_mask.tolist()
+    ([0], [False, True])
+    """
+    require_little_endian()
+    view = memoryview(blob).cast("B")
+    header = TileHeader.unpack(view, name=name)
+    check_crc(view, header, name)
+    return parse_prefix(view, object_size=len(view), name=name, n_cells=n_cells)
+
+
+def merge_partial(first: DecodedTile, second: DecodedTile) -> DecodedTile:
+    """Merge two decodings of some chunks of one tile into one holding the chunks of both.
+
+    Chunks are consecutive runs of cells, so the result is built chunk by chunk: each
+    chunk decoded in either tile is copied (from ``first`` when both hold it), the cells
+    of the chunks in neither stay empty rows.
+
+    Parameters
+    ----------
+    first, second
+        Tiles of :func:`decode_chunks` or :func:`~deltacells.decode_tile` (they carry
+        ``chunk_bounds`` and ``chunk_mask``) of the same tile.
+
+    Returns
+    -------
+    DecodedTile
+        ``first`` or ``second`` itself when it holds every chunk of the other; else a new
+        tile (arrays of its own) whose ``chunk_mask`` is the union, ``complete`` when
+        that is every chunk.
+
+    Raises
+    ------
+    InvalidValueError
+        If a tile does not say which chunks it holds, or the two have different shapes or
+        chunk boundaries (they are not decodings of the same tile).
+
+    Examples
+    --------
+    >>> import numpy as np, deltacells
+    >>> from deltacells.codec._partial import decode_chunks, merge_partial, parse_tile
+    >>> blob = deltacells.encode_tile(np.array([0, 2, 2, 3]), np.array([1, 4, 0]), np.array([5, 1, 7]), 6, n_chunks=2)
+    >>> prefix = parse_tile(blob)
+    >>> a, b = decode_chunks(prefix, [(0, blob)], [0]), decode_chunks(prefix, [(0, blob)], [1])
+    >>> merged = merge_partial(a, b)
+    >>> merged.indptr.tolist(), merged.indices.tolist(), merged.complete
+    ([0, 2, 2, 3], [1, 4, 0], True)
+    """
+    for tile in (first, second):
+        if tile.chunk_bounds is None or tile.chunk_mask is None:
+            msg = "a tile without chunk_bounds and chunk_mask cannot be merged (it does not say which chunks it holds)"
+            raise InvalidValueError(msg)
+    assert first.chunk_bounds is not None and first.chunk_mask is not None
+    assert second.chunk_bounds is not None and second.chunk_mask is not None
+    bounds, mask_a, mask_b = first.chunk_bounds, first.chunk_mask, second.chunk_mask
+    if first.shape != second.shape or not np.array_equal(bounds, second.chunk_bounds):
+        msg = (
+            f"cannot merge a {first.shape} tile of {mask_a.shape[0]} chunks with a {second.shape} tile of "
+            f"{mask_b.shape[0]} chunks at other cells: they are not decodings of the same tile"
+        )
+        raise InvalidValueError(msg)
+    if first.complete or np.all(mask_a >= mask_b):
+        return first
+    if second.complete or np.all(mask_b >= mask_a):
+        return second
+    owner = np.where(mask_a, 1, np.where(mask_b, 2, 0)).astype(np.int8)  # which tile each chunk comes from
+    cell_owner = np.repeat(owner, np.diff(bounds))
+    lengths = np.where(cell_owner == 1, np.diff(first.indptr), np.where(cell_owner == 2, np.diff(second.indptr), 0))
+    indptr = np.zeros(first.n_cells + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    nnz = int(indptr[-1])
+    indices = np.empty(nnz, dtype=first.indices.dtype)
+    data = np.empty(nnz, dtype=first.data.dtype)
+    for c in np.flatnonzero(owner).tolist():  # one copy per chunk
+        source = first if owner[c] == 1 else second
+        lo, hi = int(bounds[c]), int(bounds[c + 1])
+        start, stop, at = int(source.indptr[lo]), int(source.indptr[hi]), int(indptr[lo])
+        indices[at : at + stop - start] = source.indices[start:stop]
+        data[at : at + stop - start] = source.data[start:stop]
+    mask = mask_a | mask_b
+    return DecodedTile(
+        indptr=indptr,
+        indices=indices,
+        data=data,
+        n_genes=first.n_genes,
+        inexact_in_float32=first.inexact_in_float32 or second.inexact_in_float32,
+        complete=bool(mask.all()),
+        chunk_bounds=bounds.copy(),
+        chunk_mask=mask,
+    )
+
+
 class PieceSource:
     """A :class:`~deltacells.codec._decode.ByteSource` over byte ranges fetched from a tile object.
 
@@ -397,7 +544,8 @@ def decode_chunks(
         the cells of chunks not decoded are empty rows; ``indices`` and ``data``
         hold the decoded chunks' nonzeros, so a decoded cell's row equals its row
         in :func:`~deltacells.decode_tile`'s result. ``complete`` is false unless
-        every chunk of the tile was decoded.
+        every chunk of the tile was decoded; ``chunk_mask`` says which were, and
+        ``chunk_bounds`` which cells each chunk holds (see :func:`merge_partial`).
 
     Raises
     ------
@@ -454,6 +602,8 @@ def decode_chunks(
         n_genes=header.n_genes,
         inexact_in_float32=any(large),
         complete=chunks.shape[0] == header.n_chunks,
+        chunk_bounds=prefix.chunk_bounds,
+        chunk_mask=selected,
     )
 
 

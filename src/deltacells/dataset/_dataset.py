@@ -1,4 +1,4 @@
-"""An open dataset: its manifest, and any set of its cells read as CSR, decoding only the tiles needed."""
+"""An open dataset: its manifest, and any set of its cells read as CSR, decoding only the tiles (and chunks) needed."""
 
 from __future__ import annotations
 
@@ -118,8 +118,23 @@ class Dataset:
 
     @property
     def tiles_decoded(self) -> int:
-        """Tiles fetched and decoded so far (cache hits not counted)."""
+        """Tiles read whole and decoded so far, every chunk or only some (cache hits not counted).
+
+        A read of a few cells of a tile decodes only the chunks holding them; a later read needing other
+        chunks of that tile decodes those, and counts the tile again. Tiles of remote storage read in
+        byte ranges are not counted here (see ``TileReader.tiles_read_ranged``).
+        """
         return self._tiles.tiles_decoded
+
+    @property
+    def chunks_decoded(self) -> int:
+        """Chunks decompressed so far (cache hits not counted).
+
+        Each tile is cut in ``manifest.n_chunks`` chunks (fewer when it has fewer cells) that decode
+        independently. Reading whole tiles decodes all their chunks; reading a few cells of a tile decodes
+        only the chunks holding them, and the chunks the tile cache already holds are not decoded again.
+        """
+        return self._tiles.chunks_decoded
 
     def tile_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile and local row of each global cell index (``searchsorted`` on the limits)."""
@@ -175,6 +190,14 @@ class Dataset:
         -------
         scipy.sparse.csr_matrix
             ``len(rows) x n_genes``.
+
+        Notes
+        -----
+        Only the tiles holding the rows are read, and of a tile needed for fewer rows than it has cells,
+        only the chunks holding them are decoded (:attr:`chunks_decoded`); the tile is still read and
+        checked whole (on remote storage it may be read in byte ranges instead). Decoded tiles, whole or
+        partial, are kept in the tile cache (:attr:`cache`, scan-resistant: tiles read again are kept
+        over those of a scan).
         """
         rows = normalize_rows(index, self.n_cells)
         if isinstance(rows, slice):
@@ -291,17 +314,19 @@ class Dataset:
     ) -> Iterator[tuple[int, DecodedTile]]:
         """The decoded tiles ``needed``, in order.
 
-        On remote storage a tile needed for a few of its cells may come partial (read in ranges: only the
-        chunks holding those cells).
+        A tile needed for fewer rows than it has cells may come partial: only the chunks holding those
+        cells decoded (and, on remote storage, maybe only their bytes read). A tile needed for at least as
+        many rows as it has cells (a slice over it, a full read) is decoded whole.
         """
-        wanted = None
-        if not self.store.is_local:
-            wanted = [local[order[bounds[k] : bounds[k + 1]]] for k in range(needed.shape[0])]
-        if needed.shape[0] == 1 and (wanted is None or not self._tiles.reads_ranged(int(needed[0]), len(wanted[0]))):
-            t = int(needed[0])
-            yield t, self._tiles.get(t)
-            return
-        yield from self._tiles.iter_tiles(needed, rows=wanted)
+        counts = np.diff(bounds)
+        whole = counts >= self.manifest.tile_cells[needed]
+        wanted = [None if whole[k] else local[order[bounds[k] : bounds[k + 1]]] for k in range(needed.shape[0])]
+        if needed.shape[0] == 1:
+            t, cells = int(needed[0]), wanted[0]
+            if cells is None or not self._tiles.reads_ranged(t, len(cells), cells=cells):
+                yield t, self._tiles.get(t, cells=cells)
+                return
+        yield from self._tiles.iter_tiles(needed, rows=None if whole.all() else wanted)
 
     # ------------------------------------------------------------------ sidecars
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deltacells.tiles._cache import TileCache
+from deltacells.tiles._cache import CACHE_POLICIES, TileCache
 from deltacells.tiles._counts import to_count_csr
 from deltacells.tiles._reader import DEFAULT_TILE_CACHE_BYTES, TileReader
 from deltacells.tiles._writer import (
@@ -15,6 +15,7 @@ from deltacells.tiles._writer import (
 )
 
 __all__ = [
+    "CACHE_POLICIES",
     "DEFAULT_LEVEL",
     "DEFAULT_N_CHUNKS",
     "DEFAULT_TILE_CACHE_BYTES",

@@ -7,22 +7,25 @@ wanted from remote storage, most of those bytes are wasted; a ranged read instea
 another writer laid the tile out otherwise), then only the frames of the chunks that hold the wanted cells
 (:meth:`~deltacells.codec.TilePrefix.frame_ranges`: close frames merged into one request), and decodes
 those chunks alone. The result is a *partial* tile (``complete`` is false: the cells of the chunks not
-read are empty) that is never cached. Only :meth:`~deltacells.tiles.TileReader.iter_tiles` given ``rows``
-(the cells wanted of each tile, which a dataset passes for reads from remote storage) reads in ranges.
+read are empty), cached like any other. When the cache already holds a partial decoding of the tile, the
+chunks it holds are not fetched again, and the result is the union of both. Only
+:meth:`~deltacells.tiles.TileReader.iter_tiles` given ``rows`` (the cells wanted of each tile, which a
+dataset passes for the tiles it does not want whole) reads in ranges.
 
 The rule (:func:`ranged_read_pays`, with the cache test of
 :meth:`~deltacells.tiles.TileReader.reads_ranged`): a tile is read in ranges only
 
-* on remote storage (on a local disk a tile is always read whole);
+* on remote storage (on a local disk a tile is always read whole: one read is cheap);
 * for at least one wanted cell, of a tile cut in more than one chunk (``min(n_chunks, n_cells) > 1``);
-* when the tile is not in the cache (a cached tile costs nothing);
+* when the cache does not hold the wanted cells already (a cached tile costs nothing);
 * when the bytes expected to move are at most :data:`RANGED_MAX_SHARE` of the tile: the prefix, plus the
   tile's size times the expected share of chunks that ``n_rows`` cells spread at random touch,
   ``1 - (1 - 1 / n_chunks) ** n_rows``.
 
-Otherwise the tile is fetched whole. The threshold weighs what a ranged read gives up: a second round trip
-(prefix, then frames), the CRC-32 (it covers the whole object, so cannot be checked; every other rule of
-the format is, for what is read) and caching.
+Otherwise the tile is fetched whole; it is checked whole (its CRC-32 included), and still only the chunks
+holding the wanted cells are decoded (:meth:`~deltacells.tiles.TileReader.get`). The threshold weighs what
+a ranged read gives up: a second round trip (prefix, then frames) and the CRC-32 (it covers the whole
+object, so cannot be checked; every other rule of the format is, for what is read).
 """
 
 from __future__ import annotations
@@ -41,7 +44,15 @@ if TYPE_CHECKING:
     from deltacells.format import Manifest, ManifestFields
     from deltacells.storage import BaseStore
 
-__all__ = ["RANGED_MAX_SHARE", "RangedFetch", "decode_ranged", "ranged_read_pays", "submit_ranged_fetch"]
+__all__ = [
+    "RANGED_MAX_SHARE",
+    "HeaderCounts",
+    "RangedFetch",
+    "chunks_to_decode",
+    "decode_ranged",
+    "ranged_read_pays",
+    "submit_ranged_fetch",
+]
 
 #: A tile of remote storage is read in ranges (its header, chunk table and indptr, then only the frames of the
 #: chunks holding the requested cells) when the bytes expected to move are at most this share of the
@@ -55,11 +66,13 @@ class RangedFetch(NamedTuple):
     prefix: TilePrefix
     #: Bytes of the object by their absolute start offset (the ranges of ``prefix.frame_ranges(chunks)``).
     pieces: dict[int, bytes]
-    #: Sorted chunk numbers holding the wanted cells.
+    #: Sorted chunk numbers holding the wanted cells (those of ``held`` left out): the chunks to decode.
     chunks: np.ndarray
+    #: A partial decoding of the tile whose chunks were not fetched again (None: nothing skipped).
+    held: DecodedTile | None = None
 
 
-class _HeaderCounts(NamedTuple):
+class HeaderCounts(NamedTuple):
     """What :func:`~deltacells.format.check_tile` compares with the manifest, from a tile's header."""
 
     n_cells: int
@@ -101,8 +114,23 @@ def ranged_read_pays(store: BaseStore, manifest: Manifest, tile: int, n_rows: in
     return prefix_size(n_cells, n_chunks) + touched * size <= RANGED_MAX_SHARE * size
 
 
-def submit_ranged_fetch(store: BaseStore, manifest: Manifest, tile: int, rows: np.ndarray) -> Future[RangedFetch]:
-    """Start reading the prefix of ``tile``, then the frames of the chunks that hold ``rows``.
+def chunks_to_decode(
+    prefix: TilePrefix, needed: np.ndarray, held: DecodedTile | None
+) -> tuple[np.ndarray, DecodedTile | None]:
+    """The chunks of ``needed`` that ``held`` (a cached decoding of the tile, or None) lacks, and ``held``.
+
+    ``held`` is dropped (returned as None, every needed chunk kept) unless its chunk boundaries are the
+    prefix's: a decoding of an object since rewritten is not merged with the new one.
+    """
+    if held is None or held.chunk_mask is None or not np.array_equal(held.chunk_bounds, prefix.chunk_bounds):
+        return needed, None
+    return needed[~held.chunk_mask[needed]], held
+
+
+def submit_ranged_fetch(
+    store: BaseStore, manifest: Manifest, tile: int, rows: np.ndarray, *, held: DecodedTile | None = None
+) -> Future[RangedFetch]:
+    """Start reading the prefix of ``tile``, then the frames of the chunks that hold ``rows`` (and ``held`` lacks).
 
     Chained through callbacks (never blocking the thread that completes a request, which on an
     asynchronous filesystem is the event loop's).
@@ -117,6 +145,9 @@ def submit_ranged_fetch(store: BaseStore, manifest: Manifest, tile: int, rows: n
         The tile number.
     rows
         The tile-local cells wanted.
+    held
+        A partial decoding of the tile (from the cache): its chunks are not fetched (when its chunk
+        boundaries are the prefix's), and :func:`decode_ranged` merges it in.
 
     Returns
     -------
@@ -147,22 +178,28 @@ def submit_ranged_fetch(store: BaseStore, manifest: Manifest, tile: int, rows: n
             fail(exc)
             return
         try:
-            chunks = prefix.chunks_for_cells(rows)
+            chunks, skip = chunks_to_decode(prefix, prefix.chunks_for_cells(rows), held)
             ranges = prefix.frame_ranges(chunks)
         except BaseException as exc:
             fail(exc)
             return
         pieces: dict[int, bytes] = {}
         if not ranges:
-            out.set_result(RangedFetch(prefix, pieces, chunks))
+            out.set_result(RangedFetch(prefix, pieces, chunks, skip))
             return
         for start, end in ranges:
             store.submit_read(name, start, end).add_done_callback(
-                lambda piece, start=start: on_piece(piece, start, prefix, pieces, chunks, len(ranges))
+                lambda piece, start=start: on_piece(piece, start, prefix, pieces, chunks, skip, len(ranges))
             )
 
     def on_piece(
-        request: Future[bytes], start: int, prefix: TilePrefix, pieces: dict[int, bytes], chunks: np.ndarray, n: int
+        request: Future[bytes],
+        start: int,
+        prefix: TilePrefix,
+        pieces: dict[int, bytes],
+        chunks: np.ndarray,
+        skip: DecodedTile | None,
+        n: int,
     ) -> None:
         try:
             data = request.result()
@@ -174,7 +211,7 @@ def submit_ranged_fetch(store: BaseStore, manifest: Manifest, tile: int, rows: n
                 return
             pieces[start] = data
             if len(pieces) == n:
-                out.set_result(RangedFetch(prefix, pieces, chunks))
+                out.set_result(RangedFetch(prefix, pieces, chunks, skip))
 
     want = min(size, prefix_size(n_cells, min(int(manifest.n_chunks), n_cells)))
     store.submit_read(name, 0, want).add_done_callback(on_prefix)
@@ -198,7 +235,8 @@ def decode_ranged(tile: int, fetched: Future[RangedFetch], *, store: BaseStore, 
     Returns
     -------
     DecodedTile
-        The tile with only the fetched chunks' cells filled (``complete`` false), frozen (read-only arrays).
+        The tile with only the fetched chunks' cells filled (``complete`` false unless they and the
+        ``held`` tile's make every chunk), merged with the fetch's ``held`` tile, frozen (read-only arrays).
 
     Raises
     ------
@@ -207,16 +245,17 @@ def decode_ranged(tile: int, fetched: Future[RangedFetch], *, store: BaseStore, 
     FormatError
         If what was read breaks a rule of the format or disagrees with the manifest.
     """
-    from deltacells.codec import decode_chunks
+    from deltacells.codec._partial import decode_chunks, merge_partial
 
     try:
-        prefix, pieces, chunks = fetched.result()
+        prefix, pieces, chunks, held = fetched.result()
     except MissingObjectError as exc:
         raise missing_tile(tile, fields).to_exception(store.url) from exc
     header = prefix.header
-    counts = _HeaderCounts(header.n_cells, header.nnz, header.n_genes)
+    counts = HeaderCounts(header.n_cells, header.nnz, header.n_genes)
     first_problem_raises(check_tile(counts, tile, fields), store.url)
-    return decode_chunks(prefix, pieces, chunks, name=_where(store, tile), threads=1).freeze()
+    decoded = decode_chunks(prefix, pieces, chunks, name=_where(store, tile), threads=1)
+    return (decoded if held is None else merge_partial(held, decoded)).freeze()
 
 
 def _where(store: BaseStore, tile: int) -> str:
