@@ -80,12 +80,12 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHONS[0], default=False)
 def bench(session: nox.Session) -> None:
     """Run the benchmark scripts (timings are printed, never asserted); ``-- --quick`` for a small run."""
-    session.install("-e.")
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))  # moto and s3fs for object storage
     quick = ["--quick"] if "--quick" in session.posargs else []
     others = [arg for arg in session.posargs if arg != "--quick"]
     session.run("python", "benchmarks/bench_decode.py", *(["--cells", "2000", "--genes", "500"] if quick else others))
-    session.run("python", "benchmarks/bench_import.py", *quick)
-    session.run("python", "benchmarks/bench_gene_order.py", *quick)
+    for script in ("bench_import", "bench_gene_order", "bench_object_storage", "bench_tile_cache", "bench_scale"):
+        session.run("python", f"benchmarks/{script}.py", *quick)
 
 
 @nox.session(python=PYTHONS[0], default=False)
