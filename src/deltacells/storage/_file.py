@@ -21,7 +21,7 @@ class StoreFile(io.RawIOBase):
     """A read-only, seekable, unbuffered file whose every read is one ranged :meth:`~.BaseStore.read`.
 
     Subclasses that hold some of the object's bytes already (e.g. ``deltacells.obs._ranges.KnownRangesFile``)
-    override :meth:`_read_range`, which every read goes through, and keep the position bookkeeping here.
+    override ``_read_range``, which every read goes through, and keep the position bookkeeping here.
 
     Parameters
     ----------

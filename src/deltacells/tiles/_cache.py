@@ -4,7 +4,7 @@ The policy is a *segmented LRU* (SLRU). Entries live in one of two LRU lists:
 
 * **probation**, where every newly decoded tile enters (at its most recently used end);
 * **protected**, which a tile reaches when it is asked for again while cached: a hit in probation
-  promotes it. Protected holds at most :data:`PROTECTED_SHARE` of ``max_bytes``; when a promotion
+  promotes it. Protected holds at most ``PROTECTED_SHARE`` of ``max_bytes``; when a promotion
   overflows it, its least recently used entries are demoted to probation's most recently used end (a
   second chance there before they go).
 
@@ -73,7 +73,7 @@ class TileCache:
     """Keep decoded tiles a workload comes back to, up to ``max_bytes`` in all (their ``nbytes``).
 
     A segmented LRU (see the module's documentation): new tiles enter a probation segment, a tile asked
-    for again while cached moves to a protected one (at most :data:`PROTECTED_SHARE` of ``max_bytes``),
+    for again while cached moves to a protected one (at most ``PROTECTED_SHARE`` of ``max_bytes``),
     and tiles are evicted from probation first, so that a scan over more tiles than fit does not evict
     the tiles used more than once. A tile larger than ``max_bytes`` is never kept; ``max_bytes=0``
     disables caching. Safe to use from many threads.

@@ -323,7 +323,7 @@ class TileReader:
         Only on remote storage, when the cache does not hold those ``cells`` (without them: when it does
         not hold the whole tile), and when the expected bytes (the prefix of header, chunk table and
         indptr, plus the chunks that ``n_rows`` cells spread at random would touch) are at most
-        ``RANGED_MAX_SHARE`` of the tile (:func:`~deltacells.tiles._ranged.ranged_read_pays`). Ranged
+        ``RANGED_MAX_SHARE`` of the tile (``deltacells.tiles._ranged.ranged_read_pays``). Ranged
         reads cost a second round trip (prefix, then frames) and cannot check the tile's CRC-32, which
         covers the whole object; every other rule is checked for what is read.
         """
