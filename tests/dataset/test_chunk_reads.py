@@ -9,21 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import sparse
+from tests.servers.stores import RemoteLookingStore
 
 from deltacells.codec._partial import parse_tile
 from deltacells.dataset import Dataset, open_dataset
-from deltacells.storage import FsspecStore
 
 N_CELLS, N_GENES, TILE, N_CHUNKS = 1000, 60, 125, 8
 ORDER = np.random.default_rng(1).permutation(N_GENES)
-
-
-class RemoteLookingStore(FsspecStore):
-    """A local directory that says it is not local: ranged reads and whole fetches, without a server."""
-
-    @property
-    def is_local(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import sparse
+from tests.servers.stores import RemoteLookingStore
 
 import deltacells
 import deltacells.codec as codec_module
@@ -21,14 +22,6 @@ from deltacells.storage import FsspecStore
 from deltacells.tiles import TileReader
 
 N_CELLS, N_GENES, TILE, N_CHUNKS = 1200, 300, 400, 8
-
-
-class RemoteLookingStore(FsspecStore):
-    """A local directory that says it is not local (ranged reads and whole fetches, without a server)."""
-
-    @property
-    def is_local(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")

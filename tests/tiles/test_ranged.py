@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import sparse
+from tests.servers.stores import RemoteLookingStore
 
 import deltacells
 from deltacells.codec import prefix_size
@@ -20,14 +21,6 @@ from deltacells.tiles import TileReader
 from deltacells.tiles._ranged import RANGED_MAX_SHARE, decode_ranged, ranged_read_pays, submit_ranged_fetch
 
 N_CELLS, N_GENES, TILE, N_CHUNKS = 1200, 1000, 400, 8
-
-
-class RemoteLookingStore(FsspecStore):
-    """A local directory that says it is not local: what decides ranged reads, without a server."""
-
-    @property
-    def is_local(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")
