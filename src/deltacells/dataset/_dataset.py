@@ -13,6 +13,7 @@ from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_v
 from deltacells.errors import InvalidValueError, warn
 from deltacells.format import Manifest
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES, TileCache, TileReader
+from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -198,11 +199,20 @@ class Dataset:
         checked whole (on remote storage it may be read in byte ranges instead). Decoded tiles, whole or
         partial, are kept in the tile cache (:attr:`cache`, scan-resistant: tiles read again are kept
         over those of a scan).
+
+        A range of consecutive cells (a slice of step 1, a full read) is read faster: the tiles it wants
+        whole, unless the cache holds them, are decoded straight into the output, in ``dtype``, each
+        nonzero written once, and are not cached (a full read leaves the cache as it was).
         """
         rows = normalize_rows(index, self.n_cells)
+        dtype = np.dtype(dtype)
+        span = _as_range(rows)
+        if span is not None and self._columns is None and dtype in DIRECT_DTYPES:
+            matrix = self._read_range(*span, dtype)
+            if matrix is not None:
+                return matrix
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-        dtype = np.dtype(dtype)
         n_out = rows.shape[0]
         tiles, local = self.tile_of(rows)
         order = np.argsort(tiles, kind="stable")
@@ -224,6 +234,55 @@ class Dataset:
                 return self._gather_ascending(needed, order, bounds, local, n_out, dtype, capacity)
         return self._gather_compact(needed, order, bounds, local, n_out, dtype)
 
+    def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
+        """Cells ``start .. stop - 1``: the tiles wanted whole and not cached decode straight into the output.
+
+        The tiles at either end, if only part of them is wanted, and tiles the cache holds whole, are copied
+        from their decoded arrays; the others are decoded into their slices of the output, in its dtype,
+        with no intermediate arrays (:meth:`TileReader.read_into`), and are not cached. Returns None when the
+        output needs 64-bit indices (the general path then reads it).
+        """
+        first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
+        tiles = np.arange(first, last + 1)
+        lo = np.maximum(start, self._starts[tiles]) - self._starts[tiles]
+        hi = np.minimum(stop, self._limits[tiles]) - self._starts[tiles]
+        whole = (lo == 0) & (hi == self.manifest.tile_cells[tiles])
+        direct = np.array([w and not self._tiles.holds_whole(int(t)) for t, w in zip(tiles, whole, strict=True)])
+        copied = {
+            k: self._tiles.get(int(t), cells=None if whole[k] else np.arange(lo[k], hi[k]))
+            for k, t in enumerate(tiles)
+            if not direct[k]
+        }
+        counts = np.array(
+            [
+                int(self.manifest.tile_nnz[t]) if direct[k] else int(copied[k].indptr[hi[k]] - copied[k].indptr[lo[k]])
+                for k, t in enumerate(tiles)
+            ],
+            dtype=np.int64,
+        )
+        nnz_starts = np.zeros(tiles.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=nnz_starts[1:])
+        if nnz_starts[-1] >= 2**31:  # 64-bit indices (scipy's rule): the general path
+            return None
+        row_starts = np.concatenate(([0], np.cumsum(hi - lo)))
+        out_indptr = np.empty(stop - start + 1, dtype=np.int64)
+        out_indptr[row_starts] = nnz_starts  # each tile's first row (what the copies below start from), and the end
+        out_indices, out_data = _empty_output(int(nnz_starts[-1]), dtype)
+        for k, tile in copied.items():
+            self._warn_if_inexact(tile.inexact_in_float32, dtype)
+            r, m = int(row_starts[k]), int(hi[k] - lo[k])
+            ptr = tile.indptr[lo[k] : hi[k] + 1]
+            np.add(ptr[1:], nnz_starts[k] - ptr[0], out=out_indptr[r + 1 : r + 1 + m])
+            slots = np.arange(r, r + m, dtype=np.int64)
+            rows = np.arange(lo[k], hi[k], dtype=np.int64)
+            self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
+        if direct.any():
+            large = self._tiles.read_into(
+                tiles[direct], row_starts[:-1][direct], nnz_starts[:-1][direct], out_indptr, out_indices, out_data
+            )
+            self._warn_if_inexact(large, dtype)
+        return self._csr(out_data, out_indices, out_indptr)
+
     def _csr(self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray) -> sparse.csr_matrix:
         index_dtype = out_indices.dtype
         matrix = sparse.csr_matrix(
@@ -240,7 +299,7 @@ class Dataset:
         """Few tiles: decode them all, then copy the rows straight into the output."""
         tiles = [tile for _, tile in self._tiles_for(needed, order, bounds, local)]
         for tile in tiles:
-            self._check_precision(tile, dtype)
+            self._warn_if_inexact(tile.inexact_in_float32, dtype)
         lengths = np.zeros(n_out, dtype=np.int64)
         for k, tile in enumerate(tiles):
             slots = order[bounds[k] : bounds[k + 1]]
@@ -260,7 +319,7 @@ class Dataset:
         out_indptr = np.zeros(n_out + 1, dtype=np.int64)
         out_indices, out_data = _empty_output(capacity, dtype)
         for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
-            self._check_precision(tile, dtype)
+            self._warn_if_inexact(tile.inexact_in_float32, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
             first = int(slots[0])
@@ -277,7 +336,7 @@ class Dataset:
         lengths = np.zeros(n_out, dtype=np.int64)
         parts = []
         for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
-            self._check_precision(tile, dtype)
+            self._warn_if_inexact(tile.inexact_in_float32, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
             loc = local[slots]
             lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
@@ -297,9 +356,9 @@ class Dataset:
 
             gather_rows_mapped(*arrays, self._columns, SORT_MAPPED_ROWS)
 
-    def _check_precision(self, tile: DecodedTile, dtype: np.dtype) -> None:
-        """Warn once per dataset when float32 (or narrower) values cannot hold the counts exactly."""
-        if tile.inexact_in_float32 and dtype.kind == "f" and dtype.itemsize <= 4 and not self._warned_precision:
+    def _warn_if_inexact(self, inexact: bool, dtype: np.dtype) -> None:
+        """Warn once per dataset when float32 (or narrower) values cannot hold the counts (``inexact``) exactly."""
+        if inexact and dtype.kind == "f" and dtype.itemsize <= 4 and not self._warned_precision:
             self._warned_precision = True
             warn(
                 f"{self.store.url}: some counts are above 2^24 and are not exact as {dtype}; "
@@ -370,6 +429,18 @@ def _gather() -> Any:
     from deltacells.dataset._gather import gather_rows
 
     return gather_rows
+
+
+def _as_range(rows: np.ndarray | slice) -> tuple[int, int] | None:
+    """``(start, stop)`` if ``rows`` are consecutive increasing cells (a slice of step 1, or such an array)."""
+    if isinstance(rows, slice):
+        return (rows.start, rows.stop) if rows.stop > rows.start else None
+    n = rows.shape[0]
+    if n == 0 or rows[-1] - rows[0] != n - 1:
+        return None
+    if n > 1 and not bool(np.all(rows[1:] - rows[:-1] == 1)):
+        return None
+    return int(rows[0]), int(rows[-1]) + 1
 
 
 def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:

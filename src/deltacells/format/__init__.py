@@ -72,7 +72,13 @@ if TYPE_CHECKING:
         shard_tiles,
     )
     from deltacells.format._sidecars import GENE_ORDER_DTYPE, check_gene_order, check_var_names, check_var_table
-    from deltacells.format._tiles import check_tile, check_tile_size, decode_checked_tile, missing_tile
+    from deltacells.format._tiles import (
+        check_tile,
+        check_tile_bytes_against,
+        check_tile_size,
+        decode_checked_tile,
+        missing_tile,
+    )
 
 #: Where each name lives; importing the package loads none of its modules (the CLI imports names cheaply).
 _LAZY = {
@@ -123,6 +129,7 @@ _LAZY = {
     "check_var_names": "deltacells.format._sidecars",
     "check_var_table": "deltacells.format._sidecars",
     "check_tile": "deltacells.format._tiles",
+    "check_tile_bytes_against": "deltacells.format._tiles",
     "check_tile_size": "deltacells.format._tiles",
     "decode_checked_tile": "deltacells.format._tiles",
     "missing_tile": "deltacells.format._tiles",
@@ -168,6 +175,7 @@ __all__ = [
     "check_shard_layout",
     "check_stray_objects",
     "check_tile",
+    "check_tile_bytes_against",
     "check_tile_size",
     "check_var_names",
     "check_var_table",

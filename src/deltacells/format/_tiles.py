@@ -9,9 +9,10 @@ from deltacells.format._problems import Checker, Problem, problem_from_error
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
+    from deltacells.codec._decode import CheckedTile
     from deltacells.format._manifest import ManifestFields
 
-__all__ = ["check_tile", "check_tile_size", "decode_checked_tile", "missing_tile"]
+__all__ = ["check_tile", "check_tile_size", "check_tile_bytes_against", "decode_checked_tile", "missing_tile"]
 
 
 def missing_tile(tile: int, fields: ManifestFields) -> Problem:
@@ -30,7 +31,7 @@ def check_tile_size(size: int, tile: int, fields: ManifestFields) -> Checker[Non
         )
 
 
-def check_tile(decoded: DecodedTile, tile: int, fields: ManifestFields) -> Checker[None]:
+def check_tile(decoded: DecodedTile | CheckedTile, tile: int, fields: ManifestFields) -> Checker[None]:
     """A decoded tile's cells, nonzeros and ``n_genes`` against the manifest."""
     name = tile_path(tile)
     for field, what, got, want in (
@@ -65,3 +66,28 @@ def decode_checked_tile(
     problems = list(check_tile(decoded, tile, fields))
     yield from problems
     return None if problems else decoded
+
+
+def check_tile_bytes_against(
+    blob: bytes | memoryview, tile: int, fields: ManifestFields, *, url: str = ""
+) -> Checker[CheckedTile | None]:
+    """Check a whole tile's bytes, short of decoding them, and its header against the manifest.
+
+    Its size against ``tile_bytes``, then what :func:`~deltacells.codec._decode.check_tile_bytes` checks
+    (header, CRC-32, indptr, chunk table, frame sizes), then the header's cells, nonzeros and genes against
+    the manifest (:func:`check_tile`). Returns the checked tile, ready to be decoded into slices of an
+    output whose sizes came from the manifest.
+    """
+    from deltacells.codec._decode import check_tile_bytes
+    from deltacells.errors import FormatError
+
+    name = tile_path(tile)
+    yield from check_tile_size(len(blob), tile, fields)
+    try:
+        checked = check_tile_bytes(blob, name=f"{url.rstrip('/')}/{name}" if url else name)
+    except FormatError as exc:
+        yield problem_from_error(name, exc, url=url or None)
+        return None
+    problems = list(check_tile(checked, tile, fields))
+    yield from problems
+    return None if problems else checked

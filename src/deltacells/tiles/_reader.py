@@ -307,6 +307,41 @@ class TileReader:
                 if not isinstance(fetched, _Held):
                     fetched.cancel()
 
+    def read_into(
+        self,
+        tiles: np.ndarray,
+        row_starts: np.ndarray,
+        nnz_starts: np.ndarray,
+        out_indptr: np.ndarray,
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+    ) -> bool:
+        """Decode whole ``tiles`` straight into slices of one output CSR; return whether a count exceeds 2^24.
+
+        Tile ``k`` fills rows from ``row_starts[k]`` and nonzeros from ``nnz_starts[k]`` (its manifest's
+        ``tile_nnz``); the tiles are checked as :meth:`get` checks them and counted as decoded, but not
+        cached. See :func:`deltacells.tiles._into.read_tiles_into`.
+        """
+        from deltacells.tiles._into import read_tiles_into
+
+        args = (row_starts, nnz_starts, out_indptr, out_indices, out_data)
+        return read_tiles_into(self, np.asarray(tiles, dtype=np.int64), *args, counted=self._count_whole)
+
+    def holds_whole(self, tile: int) -> bool:
+        """Whether the cache holds tile ``tile`` whole (not counted as a hit or a miss)."""
+        with self._guard():
+            return self._held(tile, None) is not None
+
+    @property
+    def fields(self) -> ManifestFields:
+        """What the tiles are checked against: the manifest's sizes, cells, nonzeros and genes."""
+        return self._fields
+
+    def _count_whole(self, n_chunks: int) -> None:
+        with self._guard():
+            self._decoded += 1
+            self._chunks += n_chunks
+
     @property
     def n_threads(self) -> int:
         """Threads used (``threads``, or the usable CPUs)."""
