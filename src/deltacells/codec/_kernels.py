@@ -21,8 +21,66 @@ from deltacells.codec._codes import (  # the error codes the kernels return
     STORED_NOT_ESCAPED,
     ZERO_COUNT,
 )
+from deltacells.codec._layout import (
+    CELL_HI,
+    CELL_LO,
+    GAPS_LEN,
+    GAPS_OFF,
+    GEXC_LEN,
+    GEXC_OFF,
+    NNZ_HI,
+    NNZ_LO,
+    VALS_LEN,
+    VALS_OFF,
+    VEXC_LEN,
+    VEXC_OFF,
+)
 
 _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
+
+
+@_jit
+def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # pragma: no cover
+    """Whether a chunk table passes every rule ``check_chunk_table`` checks (True), in one pass, no allocation.
+
+    ``table`` is the ``uint64[n_chunks, 12]`` table, ``indptr`` the tile's ``int64`` row pointers (checked:
+    non-decreasing from 0); the sizes are ``uint64``. Only when it answers False does the caller run the
+    checks one by one, to say which rule is broken and where.
+    """
+    n_chunks = table.shape[0]
+    if n_chunks == 0:
+        return True
+    if table[0, CELL_LO] != 0 or table[0, NNZ_LO] != 0:
+        return False
+    for i in range(n_chunks):
+        if i > 0 and (table[i, CELL_LO] != table[i - 1, CELL_HI] or table[i, NNZ_LO] != table[i - 1, NNZ_HI]):
+            return False
+        if table[i, CELL_HI] < table[i, CELL_LO] or table[i, NNZ_HI] < table[i, NNZ_LO]:
+            return False
+    if table[n_chunks - 1, CELL_HI] != n_cells or table[n_chunks - 1, NNZ_HI] != nnz:
+        return False
+    limit = np.uint64(2**32)
+    for i in range(n_chunks):  # cells are now contiguous from 0 to n_cells: they index the indptr safely
+        if np.uint64(indptr[table[i, CELL_LO]]) != table[i, NNZ_LO]:
+            return False
+        if np.uint64(indptr[table[i, CELL_HI]]) != table[i, NNZ_HI]:
+            return False
+        if table[i, NNZ_HI] - table[i, NNZ_LO] >= limit:
+            return False
+        for off_col, len_col, required in (
+            (GAPS_OFF, GAPS_LEN, True),
+            (VALS_OFF, VALS_LEN, True),
+            (VEXC_OFF, VEXC_LEN, False),
+            (GEXC_OFF, GEXC_LEN, False),
+        ):
+            offset, length = table[i, off_col], table[i, len_col]
+            if length == 0:
+                if required:
+                    return False
+                continue
+            if offset > total_size or length > total_size - offset or offset < min_offset:
+                return False
+    return True
 
 
 @_jit

@@ -37,6 +37,7 @@ from deltacells.codec._decode import (
     _check_indptr,
     _decode_chunk,
     check_crc,
+    check_table,
     chunk_bounds,
     require_little_endian,
 )
@@ -58,7 +59,6 @@ from deltacells.codec._layout import (
     VEXC_OFF,
     TileHeader,
     align,
-    check_chunk_table,
     read_chunk_table,
 )
 from deltacells.errors import (
@@ -312,7 +312,7 @@ def parse_prefix(
     )
     _check_indptr(indptr, header, name)
     table = read_chunk_table(view, header).astype(np.uint64, copy=True)
-    check_chunk_table(table, indptr, header, name=name)
+    check_table(table, indptr, header, name)
     indptr.flags.writeable = False
     table.flags.writeable = False
     return TilePrefix(header, indptr, table)

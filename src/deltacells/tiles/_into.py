@@ -4,8 +4,12 @@ A read that wants whole tiles has no use for the tiles themselves: each one woul
 of its own, then copied into the output and converted to the output's dtype. Here the output is allocated
 first (its size is the manifest's ``tile_nnz``, which every tile's header is checked against before a byte
 is written), and each tile's chunks are decoded into their slices of it, in the output's dtype: every
-nonzero is written once. Tiles decode in parallel (one task per tile, or the chunks of one tile when there
-are fewer tiles than threads) while the next ones are fetched; nothing goes through the tile cache.
+nonzero is written once. Nothing goes through the tile cache.
+
+The calling thread reads each tile (or takes its bytes, fetched ahead on remote storage) and checks it
+whole (size, header, CRC-32, chunk table, indptr, frame sizes, counts against the manifest); its chunks
+then decode on the shared pool, a bounded number ahead. Chunks, not tiles, are the unit of work, so two
+threads stay busy even on a dataset of two tiles of unequal size.
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ from deltacells.format import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from deltacells.codec._decode import CheckedTile
     from deltacells.tiles._reader import TileReader
 
 __all__ = ["DIRECT_DTYPES", "read_tiles_into"]
 
 #: Value dtypes the decoder writes directly (numba compiles a kernel for each).
 DIRECT_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
+
+#: Chunks queued on the pool per decoding thread (enough to keep them busy while the next tile is checked).
+CHUNKS_AHEAD_PER_THREAD = 4
 
 
 def read_tiles_into(
@@ -75,103 +83,86 @@ def read_tiles_into(
         If a tile is not there.
     """
     n = tiles.shape[0]
-    if n == 0:
-        return False
     n_threads = reader.n_threads
-    local = reader.store.is_local
-    if n_threads <= 1 or n < n_threads:
-        # Few tiles: one after the other, each one's chunks in parallel (fetched ahead when remote).
-        fetches: list[Future[bytes] | None] = [None] * n
-        large = False
-        for k in range(n):
-            if not local:  # this tile's fetch, if not started, and the next one's
-                for ahead in range(k, min(k + 2, n)):
-                    if fetches[ahead] is None:
-                        fetches[ahead] = reader._submit_fetch(int(tiles[ahead]))
-            args = (row_starts[k], nnz_starts[k], out_indptr, out_indices, out_data)
-            large |= _decode_one(reader, int(tiles[k]), fetches[k], *args, threads=n_threads, counted=counted)
-            fetches[k] = None
-        return large
-    return _pipeline(reader, tiles, row_starts, nnz_starts, out_indptr, out_indices, out_data, counted=counted)
-
-
-def _pipeline(
-    reader: TileReader,
-    tiles: np.ndarray,
-    row_starts: np.ndarray,
-    nnz_starts: np.ndarray,
-    out_indptr: np.ndarray,
-    out_indices: np.ndarray,
-    out_data: np.ndarray,
-    *,
-    counted: Callable[[int], None],
-) -> bool:
-    """One task per tile on the shared pool, a bounded number ahead; remote tiles fetched further ahead."""
-    n = tiles.shape[0]
-    local = reader.store.is_local
-    decode_ahead = reader.batch_size
-    fetch_ahead = max(decode_ahead + 1, 1 if local else reader.store.io_concurrency)
-    sizes = reader.manifest.tile_bytes
-    pool = shared_pool()
-    fetches: dict[int, Future[Any]] = {}
+    pool = shared_pool() if n_threads > 1 else None
+    fetches = _Fetches(reader, tiles)
     decodes: deque[Future[bool]] = deque()
-    ahead_bytes = next_fetch = 0
     large = False
     try:
         for k in range(n):
-            while not local and next_fetch < n and next_fetch < k + fetch_ahead:
-                size = int(sizes[tiles[next_fetch]])
-                if next_fetch > k + decode_ahead and ahead_bytes + size > reader.prefetch_bytes:
-                    break
-                fetches[next_fetch] = reader._submit_fetch(int(tiles[next_fetch]))
-                ahead_bytes += size
-                next_fetch += 1
-            fetched = fetches.pop(k, None)
-            if fetched is not None:
-                ahead_bytes -= int(sizes[tiles[k]])
-            args = (row_starts[k], nnz_starts[k], out_indptr, out_indices, out_data)
-            decodes.append(pool.submit(_decode_one, reader, int(tiles[k]), fetched, *args, threads=1, counted=counted))
-            while len(decodes) > decode_ahead:
-                large |= decodes.popleft().result()
+            tile, nnz_start = int(tiles[k]), int(nnz_starts[k])
+            checked = _checked(reader, tile, fetches.take(k))
+            # Entry row_starts[k] is the end of what precedes this tile (indptr[0] == 0 is checked).
+            row_start = int(row_starts[k])
+            np.add(checked.indptr[1:], nnz_start, out=out_indptr[row_start + 1 : row_start + 1 + checked.n_cells])
+            indices = out_indices[nnz_start : nnz_start + checked.nnz]
+            data = out_data[nnz_start : nnz_start + checked.nnz]
+            for chunk in range(checked.header.n_chunks):
+                if pool is None:
+                    large |= _decode_chunk(reader, tile, checked, chunk, indices, data)
+                    continue
+                decodes.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data))
+                while len(decodes) > CHUNKS_AHEAD_PER_THREAD * n_threads:
+                    large |= decodes.popleft().result()
+            counted(int(checked.header.n_chunks))
         while decodes:
             large |= decodes.popleft().result()
     finally:
-        for future in (*decodes, *fetches.values()):
+        for future in decodes:
             future.cancel()
+        fetches.cancel()
     return large
 
 
-def _decode_one(
-    reader: TileReader,
-    tile: int,
-    fetched: Future[bytes] | None,
-    row_start: int,
-    nnz_start: int,
-    out_indptr: np.ndarray,
-    out_indices: np.ndarray,
-    out_data: np.ndarray,
-    *,
-    threads: int,
-    counted: Callable[[int], None],
-) -> bool:
-    """Read (or take the fetched bytes of) one tile, check it whole, decode it into its slices of the output."""
-    store, fields, url = reader.store, reader.fields, reader.store.url
-    try:
-        blob = store.read(tile_path(tile), 0, int(reader.manifest.tile_bytes[tile]) + 1) if fetched is None else None
-        if blob is None:
-            assert fetched is not None
-            blob = fetched.result()
-    except MissingObjectError as exc:
-        raise missing_tile(tile, fields).to_exception(url) from exc
-    checked = first_problem_raises(check_tile_bytes_against(blob, tile, fields, url=url), url)
+class _Fetches:
+    """The tiles' bytes, fetched ahead on remote storage (``io_concurrency`` requests, ``prefetch_bytes``)."""
+
+    def __init__(self, reader: TileReader, tiles: np.ndarray) -> None:
+        self.reader, self.tiles = reader, tiles
+        self.remote = not reader.store.is_local
+        self.ahead = max(2, reader.store.io_concurrency if self.remote else 0)
+        self.futures: dict[int, Future[bytes]] = {}
+        self.next = 0
+        self.bytes = 0
+
+    def take(self, k: int) -> bytes | memoryview:
+        """Tile ``tiles[k]``'s bytes (requested with one byte more than the manifest's size, as reads are)."""
+        reader, tile = self.reader, int(self.tiles[k])
+        sizes = reader.manifest.tile_bytes
+        try:
+            if not self.remote:
+                return reader.store.read(tile_path(tile), 0, int(sizes[tile]) + 1)
+            while self.next < self.tiles.shape[0] and self.next < k + self.ahead:
+                size = int(sizes[self.tiles[self.next]])
+                if self.next > k and self.bytes + size > reader.prefetch_bytes:
+                    break
+                self.futures[self.next] = reader._submit_fetch(int(self.tiles[self.next]))
+                self.bytes += size
+                self.next += 1
+            self.bytes -= int(sizes[tile])
+            return self.futures.pop(k).result()
+        except MissingObjectError as exc:
+            raise missing_tile(tile, reader.fields).to_exception(reader.store.url) from exc
+
+    def cancel(self) -> None:
+        for future in self.futures.values():
+            future.cancel()
+
+
+def _checked(reader: TileReader, tile: int, blob: Any) -> CheckedTile:
+    """The tile's bytes checked whole and against the manifest (the first problem raised)."""
+    url = reader.store.url
+    checked = first_problem_raises(check_tile_bytes_against(blob, tile, reader.fields, url=url), url)
     assert checked is not None
-    nnz_start, row_start = int(nnz_start), int(row_start)
-    nnz_stop = nnz_start + checked.nnz
+    return checked
+
+
+def _decode_chunk(
+    reader: TileReader, tile: int, checked: CheckedTile, chunk: int, indices: np.ndarray, data: np.ndarray
+) -> bool:
+    """Decode one chunk of a checked tile into its part of the output; a problem names the tile (and dataset)."""
     try:
-        large = checked.decode_into(out_indices[nnz_start:nnz_stop], out_data[nnz_start:nnz_stop], threads=threads)
+        return checked.decode_chunk(chunk, indices, data)
     except FormatError as exc:
+        url = reader.store.url
         raise problem_from_error(tile_path(tile), exc, url=url).to_exception(url) from exc
-    # Entry row_start is the end of what precedes this tile (indptr[0] == 0 is checked): not written here.
-    np.add(checked.indptr[1:], nnz_start, out=out_indptr[row_start + 1 : row_start + 1 + checked.n_cells])
-    counted(int(checked.header.n_chunks))
-    return large
