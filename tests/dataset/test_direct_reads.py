@@ -29,6 +29,15 @@ def path(write_module_dataset: Callable[..., Path], counts: sparse.csr_matrix) -
     return write_module_dataset(counts, tile_size=TILE, n_chunks=4)
 
 
+ORDER = np.random.default_rng(3).permutation(N_GENES)
+
+
+@pytest.fixture(scope="module")
+def reordered(write_module_dataset: Callable[..., Path], counts: sparse.csr_matrix) -> Path:
+    """The same counts, columns stored in another order (``gene_order.npy``)."""
+    return write_module_dataset(counts, tile_size=TILE, n_chunks=4, gene_order=ORDER)
+
+
 RANGES = [
     slice(None),  # every tile whole (the last one shorter)
     slice(0, TILE),  # one tile whole
@@ -56,6 +65,21 @@ def test_ranges_equal_the_written_matrix(
     np.testing.assert_array_equal(got.data, expected.data.astype(dtype))
     got = ds.read_rows(np.arange(N_CELLS)[index], dtype=dtype)  # the same cells as an array
     assert (got != expected.astype(dtype)).nnz == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("index", RANGES, ids=lambda s: f"{s.start}:{s.stop}")
+def test_ranges_in_the_original_gene_order(
+    reordered: Path, counts: sparse.csr_matrix, threads: int, index: slice
+) -> None:
+    """Stored columns mapped back to the written order as they are decoded (rows then unsorted)."""
+    original = open_dataset(reordered, threads=threads).with_gene_order("original")
+    got = original.read_rows(index)
+    assert (got != counts[index].astype(np.float32)).nnz == 0
+    assert not got.has_sorted_indices
+    stored = open_dataset(reordered, threads=threads).read_rows(index)
+    assert (stored != counts[index][:, ORDER].astype(np.float32)).nnz == 0
+    assert stored.has_sorted_indices
 
 
 def test_whole_tiles_are_counted_and_not_cached(path: Path, counts: sparse.csr_matrix) -> None:

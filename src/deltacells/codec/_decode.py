@@ -297,7 +297,14 @@ class CheckedTile:
         """Genes (columns) of the tile."""
         return self.header.n_genes
 
-    def decode_into(self, out_indices: np.ndarray, out_data: np.ndarray, *, threads: int | None = None) -> bool:
+    def decode_into(
+        self,
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+        *,
+        threads: int | None = None,
+        columns: np.ndarray | None = None,
+    ) -> bool:
         """Decode every chunk into ``out_indices`` (int32) and ``out_data``; return whether a count exceeds 2^24.
 
         Parameters
@@ -310,6 +317,9 @@ class CheckedTile:
         threads
             Threads that decode the chunks; ``None`` uses the shared pool for large tiles, ``1`` decodes on
             the calling thread.
+        columns
+            ``int32[n_genes]``: write ``columns[g]`` for stored gene ``g`` (a dataset read in the genes'
+            original order); rows then are not sorted by column. ``None``: the stored genes.
 
         Raises
         ------
@@ -320,13 +330,15 @@ class CheckedTile:
         chunks = range(self.header.n_chunks)
         n_threads = default_threads() if threads is None else threads
         if n_threads > 1 and len(chunks) > 1 and self.header.nnz >= _PARALLEL_MIN_NNZ:
-            futures = [shared_pool().submit(self.decode_chunk, c, out_indices, out_data) for c in chunks]
+            futures = [shared_pool().submit(self.decode_chunk, c, out_indices, out_data, columns) for c in chunks]
             large = [future.result() for future in futures]  # every chunk, not up to the first large one
         else:
-            large = [self.decode_chunk(c, out_indices, out_data) for c in chunks]
+            large = [self.decode_chunk(c, out_indices, out_data, columns) for c in chunks]
         return any(large)
 
-    def decode_chunk(self, chunk: int, out_indices: np.ndarray, out_data: np.ndarray) -> bool:
+    def decode_chunk(
+        self, chunk: int, out_indices: np.ndarray, out_data: np.ndarray, columns: np.ndarray | None = None
+    ) -> bool:
         """Decode chunk ``chunk`` into its part of the tile's output arrays (see :meth:`decode_into`).
 
         The chunks of a tile may be decoded by several threads at once, each into its own part. Returns
@@ -335,7 +347,13 @@ class CheckedTile:
         row = self.table[chunk]
         lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
         where = f"{self.name}: chunk {chunk}"
-        return _decode_chunk(self.source, row, self.indptr, self.n_genes, out_indices[lo:hi], out_data[lo:hi], where)
+        indices = out_indices[lo:hi]
+        large = _decode_chunk(self.source, row, self.indptr, self.n_genes, indices, out_data[lo:hi], where)
+        if columns is not None:
+            from deltacells.codec._kernels import map_columns
+
+            map_columns(indices, columns)
+        return large
 
     def _check_outputs(self, out_indices: np.ndarray, out_data: np.ndarray) -> None:
         n = self.header.nnz

@@ -160,6 +160,13 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
 
 
 @_jit
+def map_columns(indices, columns):  # pragma: no cover
+    """Replace each stored gene index ``g`` by ``columns[g]`` (indices already checked below ``n_genes``)."""
+    for j in range(indices.shape[0]):
+        indices[j] = columns[indices[j]]
+
+
+@_jit
 def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes):  # pragma: no cover
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo

@@ -207,7 +207,7 @@ class Dataset:
         rows = normalize_rows(index, self.n_cells)
         dtype = np.dtype(dtype)
         span = _as_range(rows)
-        if span is not None and self._columns is None and dtype in DIRECT_DTYPES:
+        if span is not None and (self._columns is None or not SORT_MAPPED_ROWS) and dtype in DIRECT_DTYPES:
             matrix = self._read_range(*span, dtype)
             if matrix is not None:
                 return matrix
@@ -277,9 +277,9 @@ class Dataset:
             rows = np.arange(lo[k], hi[k], dtype=np.int64)
             self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
         if direct.any():
-            large = self._tiles.read_into(
-                tiles[direct], row_starts[:-1][direct], nnz_starts[:-1][direct], out_indptr, out_indices, out_data
-            )
+            starts = (row_starts[:-1][direct], nnz_starts[:-1][direct])
+            outputs = (out_indptr, out_indices, out_data)
+            large = self._tiles.read_into(tiles[direct], *starts, *outputs, columns=self._columns)
             self._warn_if_inexact(large, dtype)
         return self._csr(out_data, out_indices, out_indptr)
 

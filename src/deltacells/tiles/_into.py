@@ -55,6 +55,7 @@ def read_tiles_into(
     out_data: np.ndarray,
     *,
     counted: Callable[[int], None],
+    columns: np.ndarray | None = None,
 ) -> bool:
     """Decode whole tiles into slices of an output CSR; return whether a count exceeds 2^24.
 
@@ -74,6 +75,9 @@ def read_tiles_into(
         ``[nnz_starts[k], nnz_starts[k] + tile_nnz[k])``.
     counted
         Called with the chunks of each tile decoded (the reader's counters).
+    columns
+        ``int32[n_genes]``: the output column of each stored gene (None: the stored ones); see
+        :meth:`~deltacells.codec._decode.CheckedTile.decode_into`.
 
     Raises
     ------
@@ -99,9 +103,9 @@ def read_tiles_into(
             data = out_data[nnz_start : nnz_start + checked.nnz]
             for chunk in range(checked.header.n_chunks):
                 if pool is None:
-                    large |= _decode_chunk(reader, tile, checked, chunk, indices, data)
+                    large |= _decode_chunk(reader, tile, checked, chunk, indices, data, columns)
                     continue
-                decodes.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data))
+                decodes.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data, columns))
                 while len(decodes) > CHUNKS_AHEAD_PER_THREAD * n_threads:
                     large |= decodes.popleft().result()
             counted(int(checked.header.n_chunks))
@@ -158,11 +162,17 @@ def _checked(reader: TileReader, tile: int, blob: Any) -> CheckedTile:
 
 
 def _decode_chunk(
-    reader: TileReader, tile: int, checked: CheckedTile, chunk: int, indices: np.ndarray, data: np.ndarray
+    reader: TileReader,
+    tile: int,
+    checked: CheckedTile,
+    chunk: int,
+    indices: np.ndarray,
+    data: np.ndarray,
+    columns: np.ndarray | None,
 ) -> bool:
     """Decode one chunk of a checked tile into its part of the output; a problem names the tile (and dataset)."""
     try:
-        return checked.decode_chunk(chunk, indices, data)
+        return checked.decode_chunk(chunk, indices, data, columns)
     except FormatError as exc:
         url = reader.store.url
         raise problem_from_error(tile_path(tile), exc, url=url).to_exception(url) from exc

@@ -315,17 +315,21 @@ class TileReader:
         out_indptr: np.ndarray,
         out_indices: np.ndarray,
         out_data: np.ndarray,
+        *,
+        columns: np.ndarray | None = None,
     ) -> bool:
         """Decode whole ``tiles`` straight into slices of one output CSR; return whether a count exceeds 2^24.
 
         Tile ``k`` fills rows from ``row_starts[k]`` and nonzeros from ``nnz_starts[k]`` (its manifest's
         ``tile_nnz``); the tiles are checked as :meth:`get` checks them and counted as decoded, but not
-        cached. See :func:`deltacells.tiles._into.read_tiles_into`.
+        cached; ``columns`` maps stored genes to output columns. See
+        :func:`deltacells.tiles._into.read_tiles_into`.
         """
         from deltacells.tiles._into import read_tiles_into
 
         args = (row_starts, nnz_starts, out_indptr, out_indices, out_data)
-        return read_tiles_into(self, np.asarray(tiles, dtype=np.int64), *args, counted=self._count_whole)
+        tiles = np.asarray(tiles, dtype=np.int64)
+        return read_tiles_into(self, tiles, *args, counted=self._count_whole, columns=columns)
 
     def holds_whole(self, tile: int) -> bool:
         """Whether the cache holds tile ``tile`` whole (not counted as a hit or a miss)."""
