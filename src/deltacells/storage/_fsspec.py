@@ -188,6 +188,12 @@ class FsspecStore(BaseStore):
 
     def _read_sync(self, path: str, start: int | None, end: int | None) -> bytes:
         full = self._full(path)
+        if self.is_local and start is not None and end is not None and 0 <= start <= end:
+            # A range of a local file, without fsspec's path handling (tens of microseconds a call, which a
+            # read of one chunk of many tiles pays per tile). Same bytes as cat_file: a short read at the end.
+            with open(full, "rb") as file:
+                file.seek(start)
+                return file.read(end - start)
         if _plain(start, end):
             return self.fs.cat_file(full, start=start, end=end)
         first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
