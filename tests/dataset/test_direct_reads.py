@@ -12,8 +12,9 @@ import pytest
 from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
-from deltacells.errors import FormatError, MissingObjectError
+from deltacells.codec._layout import GEXC_LEN, TileHeader, read_chunk_table
 from deltacells.dataset import open_dataset
+from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path
 
 N_CELLS, N_GENES, TILE = 1000, 70, 128
@@ -151,3 +152,21 @@ def test_a_tile_disagreeing_with_the_manifest_is_refused(copy: Path, counts: spa
     two.write_bytes(a)
     with pytest.raises(FormatError, match="tile_bytes"):
         open_dataset(copy, threads=1).read_rows(slice(0, 3 * TILE))
+
+
+def test_gap_exceptions_in_the_original_gene_order(write_dataset: Callable[..., Path]) -> None:
+    """Gaps above 65535 (gexc frames) are added to the stored indices before these are mapped."""
+    n_genes = 70_000
+    rng = np.random.default_rng(5)
+    order = rng.permutation(n_genes)  # stored column j holds source gene order[j]
+    rows = [np.sort(rng.choice(n_genes, 30, replace=False)) for _ in range(300)]
+    rows[7] = np.sort(order[[0, 69_999]])  # stored columns 0 and 69999: a gap of more than 65535
+    indptr = np.concatenate(([0], np.cumsum([len(r) for r in rows])))
+    indices = np.concatenate(rows)
+    matrix = sparse.csr_matrix((rng.integers(1, 9, indices.size), indices, indptr), shape=(300, n_genes))
+    path = write_dataset(matrix, tile_size=64, gene_order=order)
+    blob = (path / tile_path(0)).read_bytes()
+    assert read_chunk_table(blob, TileHeader.unpack(blob))[:, GEXC_LEN].any(), "tile 0 must have a gexc frame"
+    for threads in (1, 2):
+        got = open_dataset(path, threads=threads).with_gene_order("original").read_rows(dtype=np.int64)
+        assert (got != matrix).nnz == 0

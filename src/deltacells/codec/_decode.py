@@ -348,12 +348,7 @@ class CheckedTile:
         lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
         where = f"{self.name}: chunk {chunk}"
         indices = out_indices[lo:hi]
-        large = _decode_chunk(self.source, row, self.indptr, self.n_genes, indices, out_data[lo:hi], where)
-        if columns is not None:
-            from deltacells.codec._kernels import map_columns
-
-            map_columns(indices, columns)
-        return large
+        return _decode_chunk(self.source, row, self.indptr, self.n_genes, indices, out_data[lo:hi], where, columns)
 
     def _check_outputs(self, out_indices: np.ndarray, out_data: np.ndarray) -> None:
         n = self.header.nnz
@@ -472,11 +467,13 @@ def _decode_chunk(
     out_indices: np.ndarray,
     out_data: np.ndarray,
     where: str,
+    columns: np.ndarray | None = None,
 ) -> bool:
     """Decode one chunk into ``out_indices`` and ``out_data``; return whether a count exceeds 2^24.
 
     ``out_indices`` and ``out_data`` hold exactly the chunk's ``nnz_hi - nnz_lo``
     nonzeros (e.g. its slices of the tile's arrays); ``indptr`` is the tile's.
+    ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``).
     """
     from deltacells.codec import _kernels  # numba loads on the first decode, not on import
 
@@ -491,7 +488,11 @@ def _decode_chunk(
     vals = np.frombuffer(
         decompress_sized(_stream(source, row, VALS_OFF, VALS_LEN, vals_where), 2 * n, where=vals_where), np.uint8
     )
-    code, pos = _kernels.decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data)
+    # Columns are mapped as the indices are written, unless gap exceptions must first be added to them.
+    mapped = columns if not row[GEXC_LEN] else None
+    code, pos = _kernels.decode_chunk(
+        gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, mapped
+    )
     _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
     large = False
     if row[VEXC_LEN]:
@@ -507,6 +508,8 @@ def _decode_chunk(
         _raise_kernel_error(
             code, pos, f"{where} gexc frame", "nonzero" if code == _codes.GENE_OUT_OF_RANGE else "exception"
         )
+        if columns is not None:
+            _kernels.map_columns(out_indices, columns)
     return large
 
 

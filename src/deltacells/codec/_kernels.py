@@ -84,17 +84,22 @@ def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # prag
 
 
 @_jit
-def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data):  # pragma: no cover
+def decode_chunk(
+    gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, columns=None
+):  # pragma: no cover
     """Decode one chunk's byte planes into gene indices and counts.
 
-    ``gaps`` and ``vals`` are the decompressed streams (``2 * n`` bytes each: the
-    ``n`` low bytes then the ``n`` high bytes). ``out_indices`` and ``out_data`` are
-    the chunk's slices of the output arrays; ``out_data`` may be of any numeric dtype
-    (numba compiles a kernel for each), so counts are written once, in their final type. Returns ``(code, position)``;
-    ``position`` is the nonzero within the chunk where a problem was found.
+    ``gaps`` and ``vals`` are the decompressed streams (``2 * n`` bytes each: the ``n`` low bytes then
+    the ``n`` high bytes). ``out_indices`` and ``out_data`` are the chunk's slices of the output arrays;
+    ``out_data`` may be of any numeric dtype (numba compiles a kernel for each), so counts are written
+    once, in their final type. ``columns`` (``None``, or ``int32[n_genes]``: the output column of each
+    stored gene) maps the indices as they are written; whether it is None is settled when numba compiles
+    for its type, so the unmapped kernel keeps no trace of it. Not for a chunk with gap exceptions, which
+    are applied to the stored indices. Returns ``(code, position)``; ``position`` is the nonzero within
+    the chunk where a problem was found.
 
-    The checks accumulate branch-free in the hot loops (so that they vectorise);
-    only when one fails does a second pass look for where.
+    The checks accumulate branch-free in the hot loops (so that they vectorise); only when one fails does
+    a second pass look for where.
     """
     n = out_indices.shape[0]
     gaps_low = gaps[:n]
@@ -109,6 +114,7 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
     # int32 cannot overflow below 32768 nonzeros in a cell (32767 * 65535 < 2^31); longer cells sum in int64.
     first_zero = 0
     too_far = False
+    last = np.int32(n_genes - 1)
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo
         stop = indptr[cell + 1] - nnz_lo
@@ -125,22 +131,28 @@ def decode_chunk(gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indi
                 b = a + out_indices[j + 1]
                 c = b + out_indices[j + 2]
                 d = c + out_indices[j + 3]
-                out_indices[j] = gene + a
-                out_indices[j + 1] = gene + b
-                out_indices[j + 2] = gene + c
-                out_indices[j + 3] = gene + d
+                if columns is None:
+                    out_indices[j] = gene + a
+                    out_indices[j + 1] = gene + b
+                    out_indices[j + 2] = gene + c
+                    out_indices[j + 3] = gene + d
+                else:  # off the dependency chain; min() keeps a malformed index (reported below) in bounds
+                    out_indices[j] = columns[min(gene + a, last)]
+                    out_indices[j + 1] = columns[min(gene + b, last)]
+                    out_indices[j + 2] = columns[min(gene + c, last)]
+                    out_indices[j + 3] = columns[min(gene + d, last)]
                 gene += d
                 j += 4
             while j < stop:
                 gene += out_indices[j]
-                out_indices[j] = gene
+                out_indices[j] = gene if columns is None else columns[min(gene, last)]
                 j += 1
             too_far |= gene >= n_genes
         else:
             wide = np.int64(0)
             for j in range(start, stop):
                 wide += out_indices[j]
-                out_indices[j] = min(wide, 2147483647)
+                out_indices[j] = min(wide, 2147483647) if columns is None else columns[min(wide, last)]
             too_far |= wide >= n_genes
     bad_gap = zero_gaps != first_zero
     vals_low = vals[:n]
