@@ -19,6 +19,7 @@ from scipy import sparse
 import deltacells as dc
 from deltacells.cli import INFO_JSON_VERSION, detect_format, main
 from deltacells.datasets import synthetic_counts
+from deltacells.tiles import DEFAULT_LEVEL
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 VISIUM = SHARED / "data" / "visium-cytassist"
@@ -500,7 +501,7 @@ def test_info_text(h5ad, tmp_path):
     for fragment in (
         "cells       500",
         "genes       120",
-        "3 tiles of up to 200 cells, 8 chunks each, zstd level 19",
+        f"3 tiles of up to 200 cells, 8 chunks each, zstd level {DEFAULT_LEVEL}",
         "bytes per nonzero",
         "genes sorted by decreasing total counts",
         "var.parquet, 120 rows: gene_ids (",  # string or large_string, by pandas version

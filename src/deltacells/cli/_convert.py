@@ -14,7 +14,7 @@ from deltacells._version import __version__
 from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
-from deltacells.cli._options import io_concurrency_option, parse_storage_options, storage_option
+from deltacells.cli._options import io_concurrency_option, level_option, parse_storage_options, storage_option
 from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -36,13 +36,7 @@ if TYPE_CHECKING:
 @click.option(
     "--n-chunks", type=click.IntRange(min=1), default=8, show_default=True, help="Chunks per tile (parallel decoding)."
 )
-@click.option(
-    "--level",
-    type=click.IntRange(1, 22),
-    default=19,
-    show_default=True,
-    help="zstd level (1-22): higher levels compress harder and write more slowly.",
-)
+@level_option()
 @click.option("--layer", default=None, help="Write this layer instead of X.")
 @click.option("--raw", is_flag=True, help="Write raw.X (with raw.var) instead of X.")
 @click.option(

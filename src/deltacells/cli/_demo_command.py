@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from deltacells.cli._errors import CLIError
+from deltacells.cli._options import level_option
 
 
 @click.command(short_help="Generate data, convert, read back, subset, run scanpy; report.")
 @click.option("--cells", "n_cells", type=click.IntRange(min=1), default=10_000, show_default=True, help="Cells.")
 @click.option("--genes", "n_genes", type=click.IntRange(min=20), default=6_000, show_default=True, help="Genes.")
 @click.option("--tile-size", type=click.IntRange(min=1), default=2048, show_default=True, help="Cells per tile.")
-@click.option("--level", type=click.IntRange(1, 22), default=19, show_default=True, help="zstd level.")
+@level_option()
 @click.option(
     "--out",
     type=click.Path(path_type=Path),

@@ -60,3 +60,41 @@ def io_concurrency_option(what: str) -> Any:
         default=None,
         help=f"The most {what} in flight at once [default: 32 on object storage, 8 on a local disk].",
     )
+
+
+class ZstdLevel(click.ParamType):
+    """``--level``: a zstd level ``1 .. 22`` or a preset name (``default``, ``archive``), given as its integer."""
+
+    name = "LEVEL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """The integer level that ``value`` stands for (see ``deltacells.codec._encode.resolve_level``).
+
+        Raises
+        ------
+        click.BadParameter
+            For an unknown name or a number outside ``1 .. 22``.
+        """
+        from deltacells.codec._encode import resolve_level
+        from deltacells.errors import DeltaCellsError
+
+        try:
+            return resolve_level(value if isinstance(value, int) else str(value))
+        except DeltaCellsError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def level_option() -> Any:
+    """``--level``: zstd level or preset (default ``default``), as the integer that ``write_deltacells`` takes."""
+    from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
+
+    return click.option(
+        "--level",
+        type=ZstdLevel(),
+        default="default",
+        show_default=True,
+        help=(
+            f"zstd level: 'default' (level {DEFAULT_LEVEL}: about as fast as writing a gzip h5ad), 'archive' "
+            f"(level {ARCHIVE_LEVEL}: the smallest files, much slower to write, as fast to read) or 1-22."
+        ),
+    )

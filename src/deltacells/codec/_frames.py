@@ -89,10 +89,42 @@ def decompress_sized(frame: memoryview, size: int, *, where: str) -> bytes:
     return out
 
 
-def compress_frame(data: bytes | memoryview, level: int) -> bytes:
-    """Compress ``data`` into one frame that carries its content size."""
+def compress_frame(data: bytes | memoryview, level: int | zstandard.ZstdCompressionParameters) -> bytes:
+    """Compress ``data`` into one frame that carries its content size.
+
+    Parameters
+    ----------
+    data
+        The stream's bytes.
+    level
+        A zstd level, or zstd parameters (for benchmarks of zstd's other knobs); parameters are used with
+        ``write_content_size`` on, no checksum and no worker threads (one frame, readable by a default
+        ``zstandard.ZstdDecompressor``).
+
+    Returns
+    -------
+    bytes
+        One zstd frame whose header declares ``len(data)``.
+    """
     cctx = getattr(_local, "cctx", None)
     if cctx is None or _local.level != level:
-        cctx = _local.cctx = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=False)
+        if isinstance(level, zstandard.ZstdCompressionParameters):
+            params = _frame_parameters(level)
+            cctx = zstandard.ZstdCompressor(compression_params=params)
+        else:
+            cctx = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=False)
+        _local.cctx = cctx
         _local.level = level
     return cctx.compress(data)
+
+
+def _frame_parameters(params: zstandard.ZstdCompressionParameters) -> zstandard.ZstdCompressionParameters:
+    """``params`` with what the format needs: the content size in the header, no checksum, one thread."""
+    names = (
+        "window_log", "chain_log", "hash_log", "search_log", "min_match", "target_length", "strategy",
+        "enable_ldm", "ldm_hash_log", "ldm_min_match", "ldm_bucket_size_log", "ldm_hash_rate_log",
+    )  # fmt: skip
+    kwargs = {name: getattr(params, name) for name in names}
+    return zstandard.ZstdCompressionParameters(
+        compression_level=params.compression_level, write_content_size=1, write_checksum=0, threads=0, **kwargs
+    )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deltacells.codec._encode import Level, resolve_level
 from deltacells.dataset._output import (
     check_output,
     clear_unfinished,
@@ -65,7 +66,9 @@ class DatasetWriter:
     n_chunks
         Chunks per tile (decoded in parallel by readers).
     level
-        zstd level.
+        zstd level ``1 .. 22``, or ``"default"`` (fast: as fast as writing a gzip h5ad) or ``"archive"`` (the
+        smallest tiles, slowest to write; reading is as fast). The manifest records the integer level used
+        (:attr:`level`).
     gene_order
         ``gene_order[j]`` is the source column written as output column ``j``; blocks passed to
         :meth:`write` are in *source* column order and reordered here. ``None`` keeps the columns as they
@@ -96,7 +99,7 @@ class DatasetWriter:
         If ``path`` holds a dataset (or other files) and ``overwrite`` is false.
     ValueError, TypeError
         For arguments that do not fit each other (a gene order that is no permutation, names or tables
-        of the wrong length, metadata that is not a JSON object).
+        of the wrong length, metadata that is not a JSON object) or an unknown ``level``.
     """
 
     def __init__(
@@ -106,7 +109,7 @@ class DatasetWriter:
         *,
         tile_size: int = DEFAULT_TILE_SIZE,
         n_chunks: int = DEFAULT_N_CHUNKS,
-        level: int = DEFAULT_LEVEL,
+        level: Level = DEFAULT_LEVEL,
         gene_order: np.ndarray | None = None,
         var_names: list[str] | np.ndarray | None = None,
         obs: pd.DataFrame | None = None,
@@ -119,6 +122,7 @@ class DatasetWriter:
         threads: int | None = None,
     ) -> None:
         check_tile_settings(n_genes, tile_size=tile_size, n_chunks=n_chunks)
+        level = resolve_level(level)  # before anything is written
         self.store = open_store(path, storage_options)
         self.n_genes = int(n_genes)
         self.metadata = _json_object(metadata)

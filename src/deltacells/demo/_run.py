@@ -24,7 +24,7 @@ def run_demo(
     n_cells: int = 10_000,
     n_genes: int = 6_000,
     tile_size: int = 2048,
-    level: int = 19,
+    level: int | str = "default",
     out: str | Path | None = None,
     seed: int = 0,
     threads: int | None = None,
@@ -39,7 +39,7 @@ def run_demo(
     tile_size
         Cells per tile.
     level
-        zstd level of the tiles.
+        zstd level of the tiles: 1 .. 22, "default" or "archive" (see ``write_deltacells``).
     out
         Where to keep the dataset (replaced if it exists; its obs cache goes beside it, in
         ``<out>.obs-cache``); by default everything goes to a temporary directory that is removed

@@ -19,7 +19,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells._threads import default_threads
-from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
+from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, resolve_level
 from deltacells.errors import InvalidValueError
 from deltacells.format import tile_path
 from deltacells.tiles._counts import to_count_csr
@@ -36,6 +36,7 @@ __all__ = [
     "TileList",
     "TileWriter",
     "check_tile_settings",
+    "permute_columns",
 ]
 
 #: Cells per tile unless the caller says otherwise.
@@ -220,9 +221,9 @@ def check_tile_settings(n_genes: int, *, tile_size: int, n_chunks: int) -> None:
 class TileWriter:
     """Encode consecutive rows of a count matrix as tiles and store them, nothing else.
 
-    Rows arrive in blocks of any size (:meth:`write`); each full tile is encoded on a thread pool while more
-    rows arrive (at most twice the threads in flight), and each encoded tile is uploaded with
-    the store's ``submit_write`` while encoding goes on. The uploads pending are
+    Rows arrive in blocks of any size (:meth:`write`); each full tile is put in tile column order and encoded
+    on a thread pool while more rows arrive (at most twice the threads in flight), and each encoded tile is
+    uploaded with the store's ``submit_write`` while encoding goes on. The uploads pending are
     bounded by count and bytes (``uploads``, a ``PendingWrites``): when the store is slower than the
     encoder, the encoding threads wait, so memory stays at a few tiles plus ``max_pending_bytes`` whatever
     the size of the matrix. A failed upload fails the next tile submitted (or :meth:`finish`).
@@ -237,8 +238,11 @@ class TileWriter:
         Where the tiles go (``tiles/tile_000000.dct``...).
     n_genes
         Columns of the matrix.
-    tile_size, n_chunks, level
-        Cells per tile, chunks per tile, zstd level.
+    tile_size, n_chunks
+        Cells per tile, chunks per tile.
+    level
+        zstd level ``1 .. 22``, or ``"default"`` or ``"archive"`` (see
+        :func:`~deltacells.codec._encode.resolve_level`); :attr:`level` is the integer.
     columns
         ``columns[j]`` is the tile column of source column ``j`` (a permutation), applied to every block;
         ``None`` keeps the columns as they are.
@@ -258,7 +262,7 @@ class TileWriter:
         *,
         tile_size: int = DEFAULT_TILE_SIZE,
         n_chunks: int = DEFAULT_N_CHUNKS,
-        level: int = DEFAULT_LEVEL,
+        level: Level = DEFAULT_LEVEL,
         columns: np.ndarray | None = None,
         threads: int | None = None,
         max_pending_bytes: int | None = None,
@@ -269,7 +273,7 @@ class TileWriter:
         self.n_genes = int(n_genes)
         self.tile_size = int(tile_size)
         self.n_chunks = int(n_chunks)
-        self.level = int(level)
+        self.level = resolve_level(level)
         self._columns = columns
         self.uploads = PendingWrites(store, max_bytes=max_pending_bytes, max_count=max_pending_uploads)
         n_threads = default_threads() if threads is None else max(1, int(threads))
@@ -300,19 +304,16 @@ class TileWriter:
         self.append(self.prepare(block))
 
     def prepare(self, block: Any) -> sparse.csr_matrix:
-        """Check a block of counts and put its columns in tile order; the writer is not changed.
+        """Check a block of counts: a canonical int32 CSR matrix, still in source columns; the writer is not changed.
+
+        The columns are put in tile order later, tile by tile, on the encoding threads.
 
         Raises
         ------
         InvalidValueError, InvalidTypeError
             For values that are not counts (see :func:`~deltacells.tiles.to_count_csr`).
         """
-        csr = to_count_csr(block, first_row=self.n_cells, n_genes=self.n_genes)
-        if self._columns is not None and csr.nnz:
-            csr = sparse.csr_matrix((csr.data, self._columns[csr.indices], csr.indptr), shape=csr.shape)
-            csr.has_sorted_indices = False
-            csr.sort_indices()
-        return csr
+        return to_count_csr(block, first_row=self.n_cells, n_genes=self.n_genes)
 
     def append(self, csr: sparse.csr_matrix) -> None:
         """Append rows made by :meth:`prepare`; each tile that fills is encoded and uploaded.
@@ -388,6 +389,8 @@ class TileWriter:
         from deltacells.codec import encode_tile
 
         name = tile_path(index)
+        if self._columns is not None and block.nnz:
+            block = permute_columns(block, self._columns)
         blob = encode_tile(
             block.indptr, block.indices, block.data, self.n_genes, n_chunks=self.n_chunks, level=self.level,
             threads=1, name=f"{self.store.url}/{name}",
@@ -400,3 +403,25 @@ class TileWriter:
         self._tile_cells.append(cells)
         self._tile_nnz.append(nnz)
         self._tile_bytes.append(size)
+
+
+def permute_columns(csr: sparse.csr_matrix, columns: np.ndarray) -> sparse.csr_matrix:
+    """``csr`` with column ``j`` moved to ``columns[j]``, indices sorted within each row; ``csr`` is not changed.
+
+    Two transpositions sort the indices (each a counting sort, linear in the nonzeros): several times
+    faster than sorting every row (``sort_indices``), which took most of a conversion's time at fast levels.
+
+    Parameters
+    ----------
+    csr
+        A canonical CSR matrix (sorted indices, no duplicates).
+    columns
+        A permutation of ``0 .. n_columns - 1``.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        The same values, in the new columns, with sorted indices.
+    """
+    moved = sparse.csr_matrix((csr.data, columns[csr.indices], csr.indptr), shape=csr.shape, copy=False)
+    return moved.tocsc().tocsr()

@@ -1,0 +1,338 @@
+"""zstd levels and knobs for the tiles: bytes per nonzero, encode and decode speed, size against gzip h5ad.
+
+The real writer's pieces are measured: tiles are cut as ``write_deltacells`` cuts them (genes by decreasing
+totals, 2,048 cells per tile) and encoded with ``deltacells.codec._encode.encode_tile`` on one thread, then
+decoded with ``deltacells.decode_tile`` on one thread. Two matrices:
+
+* ``visium``: the real Visium CytAssist matrix (``/work/shared/data/visium-cytassist``, 2,898 x 19,465);
+* ``resampled``: 30,000 cells drawn with replacement from its real cells (``--cells``).
+
+Settings: every zstd level 1..22, and zstd's other knobs (``window_log``, ``strategy``, long-distance
+matching) on top of the levels of ``--knob-levels``, through ``zstandard.ZstdCompressionParameters`` (the
+parameters of the level for streams of the tiles' size, with one knob changed). ``encode_tile`` calls
+``compress_frame(data, level)`` for every stream; for the knob rows that call is given the parameters.
+
+Speeds are the best of ``--repeat`` rounds; the rounds interleave the settings (one pass over all of them,
+then the next), so load from other work on the machine hits them alike: compare them as ratios. Sizes are
+given as a fraction of anndata's gzip h5ad of the same matrix (``adata.write_h5ad(compression="gzip")``, the
+whole file). With ``--sample-tiles`` only that many tiles of a matrix are encoded; its bytes per nonzero are
+then those of the sample, and its size is extrapolated to all its nonzeros.
+
+Usage::
+
+    python benchmarks/bench_levels.py [--quick] [--json PATH] [--cells 30000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zstandard
+from scipy import sparse
+
+DATA = Path(os.environ.get("DELTACELLS_VISIUM", "/work/shared/data/visium-cytassist"))
+TILE_SIZE = 2048
+STRATEGIES = dict(enumerate(("fast", "dfast", "greedy", "lazy", "lazy2", "btlazy2", "btopt", "btultra", "btultra2"), 1))
+
+
+@dataclass
+class Matrix:
+    """A count matrix, as the user has it (for h5ad) and cut in tiles as the writer cuts them."""
+
+    name: str
+    counts: sparse.csr_matrix  # float32, source gene order: what anndata writes
+    tiles: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    nnz: int = 0
+    tile_nnz: int = 0  # nonzeros in the tiles measured (all, or the sample)
+    h5ad_gzip_bytes: int = 0
+
+
+@dataclass
+class Setting:
+    """What zstd is told: a level, or a level's parameters with one knob changed."""
+
+    label: str
+    level: int
+    knob: str = ""
+    params: zstandard.ZstdCompressionParameters | None = None
+
+
+@dataclass
+class Row:
+    matrix: str
+    setting: str
+    level: int
+    knob: str
+    tile_bytes: int
+    bytes_per_nnz: float
+    fraction_of_gzip_h5ad: float
+    encode_mnnz_s: float
+    decode_mnnz_s: float
+    encode_s: float
+    decode_s: float
+
+
+def load_visium() -> tuple[sparse.csr_matrix, list[str]]:
+    """The Visium matrix as scanpy reads it (float32 CSR), and the cell names."""
+    import scanpy as sc
+
+    adata = sc.read_10x_mtx(DATA)
+    return sparse.csr_matrix(adata.X, dtype=np.float32), [str(name) for name in adata.obs_names]
+
+
+def resample(counts: sparse.csr_matrix, n_cells: int, seed: int = 0) -> sparse.csr_matrix:
+    """``n_cells`` real cells of ``counts`` drawn with replacement."""
+    rows = np.random.default_rng(seed).integers(0, counts.shape[0], size=n_cells)
+    return counts[rows]
+
+
+def writer_tiles(counts: sparse.csr_matrix, tile_size: int = TILE_SIZE) -> list[tuple[np.ndarray, ...]]:
+    """The tiles' CSR arrays as ``write_deltacells`` encodes them: genes by decreasing totals (stable), int32."""
+    totals = np.bincount(counts.indices, weights=counts.data, minlength=counts.shape[1])
+    order = np.argsort(-totals, kind="stable")
+    columns = np.empty_like(order)
+    columns[order] = np.arange(order.size)
+    csr = sparse.csr_matrix(
+        (counts.data.astype(np.int32), columns[counts.indices].astype(np.int32), counts.indptr.astype(np.int64)),
+        shape=counts.shape,
+    )
+    csr.has_sorted_indices = False
+    csr.sort_indices()
+    tiles = []
+    for lo in range(0, csr.shape[0], tile_size):
+        block = csr[lo : lo + tile_size]
+        tiles.append((block.indptr.astype(np.int64), block.indices, block.data))
+    return tiles
+
+
+def gzip_h5ad_bytes(counts: sparse.csr_matrix, names: list[str], workdir: Path) -> int:
+    """Size of ``adata.write_h5ad(path, compression="gzip")`` for this matrix (obs names, gene names)."""
+    import anndata as ad
+    import pandas as pd
+
+    adata = ad.AnnData(
+        X=counts,
+        obs=pd.DataFrame(index=names),
+        var=pd.DataFrame(index=[f"gene{j}" for j in range(counts.shape[1])]),
+    )
+    path = workdir / "m.h5ad"
+    adata.write_h5ad(path, compression="gzip")
+    size = path.stat().st_size
+    path.unlink()
+    return size
+
+
+def settings(levels: list[int], knob_levels: list[int], stream_size: int) -> list[Setting]:
+    """Every level, then each knob changed from the parameters of each level in ``knob_levels``."""
+    out = [Setting(f"level {level}", level) for level in levels]
+    for level in knob_levels:
+        base = zstandard.ZstdCompressionParameters.from_level(level, source_size=stream_size)
+        knobs: list[tuple[str, dict[str, int]]] = [("params of the level", {})]
+        knobs += [(f"window_log={w}", {"window_log": w}) for w in (16, 18, 20, 23, 27) if w != base.window_log]
+        knobs += [(f"strategy={STRATEGIES[s]}", {"strategy": s}) for s in STRATEGIES if s != base.strategy]
+        knobs += [("enable_ldm", {"enable_ldm": 1}), ("enable_ldm, window_log=27", {"enable_ldm": 1, "window_log": 27})]
+        knobs += [("min_match=3", {"min_match": 3}), ("target_length=999", {"target_length": 999})]
+        for label, change in knobs:
+            params = zstandard.ZstdCompressionParameters.from_level(level, source_size=stream_size, **change)
+            out.append(Setting(f"level {level}, {label}", level, label, params))
+    return out
+
+
+@contextmanager
+def compressing_with(setting: Setting) -> Iterator[None]:
+    """``encode_tile`` as it is, its ``compress_frame`` given ``setting.params`` (when there are any)."""
+    from deltacells.codec import _encode, _frames
+
+    if setting.params is None:
+        yield
+        return
+    params = setting.params
+
+    def compress(data: bytes, level: int) -> bytes:
+        return _frames.compress_frame(data, params)
+
+    _encode.compress_frame = compress
+    try:
+        yield
+    finally:
+        _encode.compress_frame = _frames.compress_frame
+
+
+def encode_all(matrix: Matrix, setting: Setting) -> tuple[float, list[bytes]]:
+    from deltacells.codec._encode import encode_tile
+
+    with compressing_with(setting):
+        t0 = time.perf_counter()
+        blobs = [
+            encode_tile(indptr, indices, data, matrix.counts.shape[1], level=setting.level, threads=1)
+            for indptr, indices, data in matrix.tiles
+        ]
+        return time.perf_counter() - t0, blobs
+
+
+def decode_all(blobs: list[bytes]) -> float:
+    from deltacells import decode_tile
+
+    t0 = time.perf_counter()
+    for blob in blobs:
+        decode_tile(blob, threads=1)
+    return time.perf_counter() - t0
+
+
+def check_frames(blob: bytes, tile: tuple[np.ndarray, ...]) -> None:
+    """The tile decodes exactly; every frame declares its content size and decodes with a default decompressor."""
+    from deltacells import decode_tile
+    from deltacells.codec._layout import CHUNK_ENTRY_SIZE, HEADER_SIZE, TileHeader
+
+    got = decode_tile(blob, threads=1)
+    indptr, indices, data = tile
+    assert np.array_equal(got.indptr, indptr) and np.array_equal(got.indices, indices)
+    assert np.array_equal(got.data, data)
+    n_chunks = TileHeader.unpack(blob, object_size=len(blob)).n_chunks
+    table = np.frombuffer(blob, dtype="<u8", count=CHUNK_ENTRY_SIZE // 8 * n_chunks, offset=HEADER_SIZE)
+    table = table.reshape(n_chunks, CHUNK_ENTRY_SIZE // 8)
+    dctx = zstandard.ZstdDecompressor()
+    for row in table:
+        for slot in range(4):
+            off, size = int(row[4 + 2 * slot]), int(row[5 + 2 * slot])
+            if size:
+                frame = blob[off : off + size]
+                declared = zstandard.get_frame_parameters(frame).content_size
+                assert declared not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR)
+                assert len(dctx.decompress(frame, allow_extra_data=False)) == declared
+
+
+def run(matrices: list[Matrix], all_settings: list[Setting], repeat: int) -> list[Row]:
+    best_enc: dict[tuple[str, str], float] = {}
+    best_dec: dict[tuple[str, str], float] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    decode_all(encode_all(matrices[0], Setting("warm-up", 1))[1])  # compiles the decoder's kernels
+    for round_ in range(repeat):
+        t0 = time.perf_counter()
+        for matrix in matrices:
+            for setting in all_settings:
+                key = (matrix.name, setting.label)
+                enc, blobs = encode_all(matrix, setting)
+                dec = decode_all(blobs)
+                if round_ == 0:
+                    sizes[key] = sum(len(b) for b in blobs)
+                    check_frames(blobs[0], matrix.tiles[0])
+                best_enc[key] = min(best_enc.get(key, np.inf), enc)
+                best_dec[key] = min(best_dec.get(key, np.inf), dec)
+        print(f"round {round_ + 1}/{repeat}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    rows = []
+    for matrix in matrices:
+        for setting in all_settings:
+            key = (matrix.name, setting.label)
+            per_nnz = sizes[key] / matrix.tile_nnz
+            rows.append(
+                Row(
+                    matrix=matrix.name,
+                    setting=setting.label,
+                    level=setting.level,
+                    knob=setting.knob,
+                    tile_bytes=sizes[key],
+                    bytes_per_nnz=per_nnz,
+                    fraction_of_gzip_h5ad=per_nnz * matrix.nnz / matrix.h5ad_gzip_bytes,
+                    encode_mnnz_s=matrix.tile_nnz / best_enc[key] / 1e6,
+                    decode_mnnz_s=matrix.tile_nnz / best_dec[key] / 1e6,
+                    encode_s=best_enc[key],
+                    decode_s=best_dec[key],
+                )
+            )
+    return rows
+
+
+def print_table(rows: list[Row], matrices: list[Matrix]) -> None:
+    for matrix in matrices:
+        sample = "" if matrix.tile_nnz == matrix.nnz else f", sample of {len(matrix.tiles)} tiles"
+        print(
+            f"\n{matrix.name}: {matrix.counts.shape[0]:,} cells x {matrix.counts.shape[1]:,} genes, "
+            f"{matrix.nnz:,} nonzeros{sample}; gzip h5ad {matrix.h5ad_gzip_bytes / 1e6:.2f} MB "
+            f"({matrix.h5ad_gzip_bytes / matrix.nnz:.2f} B/nnz)"
+        )
+        print(f"{'setting':44s} {'B/nnz':>6s} {'x gzip':>7s} {'enc M/s':>8s} {'dec M/s':>8s}")
+        for row in rows:
+            if row.matrix == matrix.name:
+                print(
+                    f"{row.setting:44s} {row.bytes_per_nnz:6.3f} {row.fraction_of_gzip_h5ad:7.3f} "
+                    f"{row.encode_mnnz_s:8.2f} {row.decode_mnnz_s:8.1f}"
+                )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a few settings on small matrices (seconds; for CI)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--cells", type=int, default=30_000, help="cells of the resampled matrix")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; speeds are the best round")
+    parser.add_argument("--levels", default="1-22", help="levels to sweep: '1-22' or '1,3,19'")
+    parser.add_argument("--knob-levels", default="3,19", help="levels whose parameters get the other knobs")
+    parser.add_argument("--sample-tiles", type=int, default=0, help="encode only this many tiles of each matrix")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.cells, args.repeat, args.levels, args.knob_levels = 3000, 1, "1,3,19", ""
+
+    def parse(spec: str) -> list[int]:
+        if not spec:
+            return []
+        if "-" in spec:
+            lo, hi = map(int, spec.split("-"))
+            return list(range(lo, hi + 1))
+        return [int(x) for x in spec.split(",")]
+
+    visium, names = load_visium()
+    resampled = resample(visium, args.cells)
+    matrices = [
+        Matrix("visium", visium[:TILE_SIZE] if args.quick else visium),
+        Matrix(f"resampled {args.cells // 1000}k", resampled),
+    ]
+    with tempfile.TemporaryDirectory(prefix="bench-levels-") as tmp:
+        for matrix, cell_names in ((matrices[0], names), (matrices[1], None)):
+            n = matrix.counts.shape[0]
+            cell_names = [f"c{i}" for i in range(n)] if cell_names is None else cell_names[:n]
+            matrix.nnz = matrix.counts.nnz
+            matrix.h5ad_gzip_bytes = gzip_h5ad_bytes(matrix.counts, cell_names, Path(tmp))
+            matrix.tiles = writer_tiles(matrix.counts)
+            if args.sample_tiles:
+                matrix.tiles = matrix.tiles[: args.sample_tiles]
+            matrix.tile_nnz = sum(int(t[0][-1]) for t in matrix.tiles)
+    stream_size = int(2 * np.median([t[0][-1] for t in matrices[-1].tiles]) / 8)  # a plane stream, 8 chunks
+    all_settings = settings(parse(args.levels), parse(args.knob_levels), stream_size)
+    rows = run(matrices, all_settings, args.repeat)
+    print_table(rows, matrices)
+    if args.json:
+        doc = {
+            "benchmark": "bench_levels",
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "zstd": zstandard.ZSTD_VERSION},
+            "repeat": args.repeat,
+            "matrices": [
+                {
+                    "name": m.name,
+                    "n_cells": m.counts.shape[0],
+                    "n_genes": m.counts.shape[1],
+                    "nnz": m.nnz,
+                    "tiles_measured": len(m.tiles),
+                    "nnz_measured": m.tile_nnz,
+                    "h5ad_gzip_bytes": m.h5ad_gzip_bytes,
+                }
+                for m in matrices
+            ],
+            "rows": [asdict(r) for r in rows],
+        }
+        args.json.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
