@@ -83,7 +83,7 @@ def bench(session: nox.Session) -> None:
     session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))  # moto and s3fs for object storage
     quick = ["--quick"] if "--quick" in session.posargs else []
     others = [arg for arg in session.posargs if arg != "--quick"]
-    session.run("python", "benchmarks/bench_decode.py", *(["--cells", "2000", "--genes", "500"] if quick else others))
+    session.run("python", "benchmarks/bench_decode.py", *(quick or others))
     for script in ("bench_import", "bench_gene_order", "bench_object_storage", "bench_tile_cache", "bench_scale"):
         session.run("python", f"benchmarks/{script}.py", *quick)
 
@@ -117,3 +117,16 @@ def fuzz(session: nox.Session) -> None:
     if "--seconds" not in args:
         args = ["--seconds", "120", *args]
     session.run("python", "fuzz/fuzz_decode.py", "--engine", "atheris", *args)
+
+
+@nox.session(python=PYTHONS[-1], default=False)
+def bench_peers(session: nox.Session) -> None:
+    """Benchmark deltacells against its peers (h5ad, zarr, TileDB-SOMA, zstd alone); ``-- --quick`` for CI.
+
+    The peers come from ``benchmarks/peers-requirements.txt``, in this environment only (never a runtime
+    dependency). Runs on the newest supported Python with tiledbsoma wheels (3.13). Options after ``--`` go to
+    ``benchmarks/bench_peers.py`` (``--sizes visium,100k,1M --json docs/_data/peers.json --plots
+    docs/_static/peers``).
+    """
+    session.install("-e.", "-r", "benchmarks/peers-requirements.txt")
+    session.run("python", "benchmarks/bench_peers.py", *session.posargs)

@@ -1,0 +1,1 @@
+"""Helpers of benchmarks/bench_peers.py (the charts)."""
