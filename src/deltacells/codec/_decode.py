@@ -11,7 +11,7 @@ import numpy as np
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import _codes
 from deltacells.codec._crc import crc32
-from deltacells.codec._frames import decompress_frame, decompress_sized, frame_content_size
+from deltacells.codec._frames import decompress_frame, decompress_scratch, frame_content_size
 from deltacells.codec._layout import (
     CELL_HI,
     CELL_LO,
@@ -481,13 +481,12 @@ def _decode_chunk(
     n = nnz_hi - nnz_lo
     assert out_indices.shape[0] == n and out_data.shape[0] == n
     gaps_where, vals_where = f"{where} gaps", f"{where} vals"
-    # The frames' declared sizes were checked (_check_frame_sizes) before the output was allocated.
-    gaps = np.frombuffer(
-        decompress_sized(_stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where), 2 * n, where=gaps_where), np.uint8
-    )
-    vals = np.frombuffer(
-        decompress_sized(_stream(source, row, VALS_OFF, VALS_LEN, vals_where), 2 * n, where=vals_where), np.uint8
-    )
+    # The frames' declared sizes were checked (_check_frame_sizes) before the output was allocated. They are
+    # decompressed into this thread's scratch buffers, which the kernel consumes before the next chunk.
+    gaps_frame = _stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where)
+    vals_frame = _stream(source, row, VALS_OFF, VALS_LEN, vals_where)
+    gaps = np.frombuffer(decompress_scratch(gaps_frame, 2 * n, 0, where=gaps_where), np.uint8)
+    vals = np.frombuffer(decompress_scratch(vals_frame, 2 * n, 1, where=vals_where), np.uint8)
     # Columns are mapped as the indices are written, unless gap exceptions must first be added to them.
     mapped = columns if not row[GEXC_LEN] else None
     code, pos = _kernels.decode_chunk(

@@ -72,21 +72,88 @@ def decompress_frame(frame: memoryview, expected_size: int, *, where: str) -> by
     return out
 
 
-def decompress_sized(frame: memoryview, size: int, *, where: str) -> bytes:
-    """Decompress one whole frame whose declared content size the caller has checked to be ``size``.
+#: Scratch buffers larger than this are not kept for the next frame (a freak chunk must not pin memory).
+_MAX_SCRATCH = 64 * 2**20
 
-    What :func:`decompress_frame` does after its size check (a tile's frame sizes are all checked before
-    its output is allocated, so the decoder does not read each frame header twice).
+
+def decompress_scratch(frame: memoryview, size: int, slot: int, *, where: str) -> memoryview:
+    """Decompress one whole frame whose declared content size was checked to be ``size``, into scratch memory.
+
+    The bytes land in a buffer of the calling thread (one per ``slot``), reused from frame to frame: the
+    result is valid until this thread decompresses into the same slot again. A decoder that consumes a
+    chunk's streams before the next chunk so allocates nothing per frame. That matters: a fresh buffer of a
+    few hundred KB per frame is mapped and unmapped by the allocator each time, and the page faults and
+    TLB shootdowns of that cost more than decompressing, and serialise the decoding threads.
+
+    The frame must fill its stream exactly (:func:`frame_size` walks its blocks) and decompress to
+    ``size`` bytes.
+
+    Raises
+    ------
+    FormatError
+        If the frame is corrupt, shorter or longer than its stream, or gives other than ``size`` bytes.
     """
+    compressed = frame_size(frame, where=where)
+    if compressed != len(frame):
+        msg = f"{where}: the zstd frame takes {compressed} of the stream's {len(frame)} bytes (it must fill it exactly)"
+        raise FormatError(msg)
+    out = _scratch(slot, size)
     try:
-        out = _decompressor().decompress(frame, allow_extra_data=False)
+        got = _decompressor().stream_reader(frame, read_size=len(frame) or 1).readinto(out)
     except zstandard.ZstdError as exc:
         msg = f"{where}: zstd frame is corrupt or does not fill its stream exactly ({exc})"
         raise FormatError(msg) from exc
-    if len(out) != size:  # pragma: no cover - zstd enforces the declared size
-        msg = f"{where}: the zstd frame decompressed to {len(out)} bytes, the format requires {size}"
+    if got != size:
+        msg = f"{where}: the zstd frame decompressed to {got} bytes, the format requires {size}"
         raise FormatError(msg)
     return out
+
+
+def frame_size(frame: memoryview, *, where: str) -> int:
+    """The compressed size of the zstd frame at the start of ``frame``, from its header and block headers.
+
+    What the zstd library's ``ZSTD_findFrameCompressedSize`` computes (python-zstandard does not expose it):
+    the frame header, then each block's 3-byte header and content (a raw or compressed block its size, an
+    RLE block one byte) up to the last block, then the 4-byte checksum if the header announces one.
+
+    Raises
+    ------
+    FormatError
+        If a header is cut short or a block is of the reserved type.
+    """
+    try:
+        position = zstandard.frame_header_size(frame)
+    except zstandard.ZstdError as exc:
+        msg = f"{where}: not a zstd frame ({exc})"
+        raise FormatError(msg) from exc
+    end = len(frame)
+    while True:
+        if position + 3 > end:
+            msg = f"{where}: the zstd frame is cut short (a block header at byte {position} of {end})"
+            raise FormatError(msg)
+        header = frame[position] | (frame[position + 1] << 8) | (frame[position + 2] << 16)
+        last, kind, block = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            msg = f"{where}: the zstd frame has a block of the reserved type at byte {position}"
+            raise FormatError(msg)
+        position += 3 + (1 if kind == 1 else block)
+        if last:
+            break
+    has_checksum = bool(frame[4] & 0x04)  # Frame_Header_Descriptor, after the 4-byte magic number
+    return position + (4 if has_checksum else 0)
+
+
+def _scratch(slot: int, size: int) -> memoryview:
+    """``size`` bytes of the calling thread's scratch buffer ``slot`` (grown as needed, kept up to a bound)."""
+    buffers = getattr(_local, "scratch", None)
+    if buffers is None:
+        buffers = _local.scratch = {}
+    buffer = buffers.get(slot)
+    if buffer is None or len(buffer) < size:
+        buffer = bytearray(max(size, 2 * len(buffer)) if buffer is not None else size)
+        if len(buffer) <= _MAX_SCRATCH:
+            buffers[slot] = buffer
+    return memoryview(buffer)[:size]
 
 
 def compress_frame(data: bytes | memoryview, level: int | zstandard.ZstdCompressionParameters) -> bytes:

@@ -91,24 +91,33 @@ def read_tiles_into(
     pool = shared_pool() if n_threads > 1 else None
     fetches = _Fetches(reader, tiles)
     decodes: deque[Future[bool]] = deque()
+    held: deque[tuple[bytearray, list[Future[bool]]]] = deque()  # a tile's buffer, until its chunks are done
     large = False
     try:
         for k in range(n):
             tile, nnz_start = int(tiles[k]), int(nnz_starts[k])
-            checked = _checked(reader, tile, fetches.take(k))
+            buffer, blob = fetches.take(k)
+            checked = _checked(reader, tile, blob)
             # Entry row_starts[k] is the end of what precedes this tile (indptr[0] == 0 is checked).
             row_start = int(row_starts[k])
             np.add(checked.indptr[1:], nnz_start, out=out_indptr[row_start + 1 : row_start + 1 + checked.n_cells])
             indices = out_indices[nnz_start : nnz_start + checked.nnz]
             data = out_data[nnz_start : nnz_start + checked.nnz]
-            for chunk in range(checked.header.n_chunks):
+            n_chunks = checked.header.n_chunks
+            futures: list[Future[bool]] = []
+            for chunk in range(n_chunks):
                 if pool is None:
                     large |= _decode_chunk(reader, tile, checked, chunk, indices, data, columns)
                     continue
-                decodes.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data, columns))
+                futures.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data, columns))
+                decodes.append(futures[-1])
                 while len(decodes) > CHUNKS_AHEAD_PER_THREAD * n_threads:
                     large |= decodes.popleft().result()
-            counted(int(checked.header.n_chunks))
+            if buffer is not None:
+                held.append((buffer, futures))
+            while held and all(future.done() for future in held[0][1]):
+                fetches.give_back(held.popleft()[0])
+            counted(n_chunks)
         while decodes:
             large |= decodes.popleft().result()
     finally:
@@ -126,16 +135,28 @@ class _Fetches:
         self.remote = not reader.store.is_local
         self.ahead = max(2, reader.store.io_concurrency if self.remote else 0)
         self.futures: dict[int, Future[bytes]] = {}
+        self.free: list[bytearray] = []  # buffers of local tiles decoded, for the next ones
         self.next = 0
         self.bytes = 0
 
-    def take(self, k: int) -> bytes | memoryview:
-        """Tile ``tiles[k]``'s bytes (requested with one byte more than the manifest's size, as reads are)."""
+    def take(self, k: int) -> tuple[bytearray | None, bytes | memoryview]:
+        """Tile ``tiles[k]``'s bytes, and the pooled buffer holding them (local files) or None.
+
+        One byte more than the manifest's size is asked for, so that a longer object shows (as a size that
+        disagrees with ``tile_bytes``). A local file is read into a buffer given back (:meth:`give_back`)
+        once the tile is decoded, so that reading allocates nothing per tile.
+        """
         reader, tile = self.reader, int(self.tiles[k])
         sizes = reader.manifest.tile_bytes
         try:
             if not self.remote:
-                return reader.store.read(tile_path(tile), 0, int(sizes[tile]) + 1)
+                path = reader.store.local_path(tile_path(tile))
+                if path is None:
+                    return None, reader.store.read(tile_path(tile), 0, int(sizes[tile]) + 1)
+                buffer = self._buffer(int(sizes[tile]) + 1)
+                with open(path, "rb") as file:
+                    got = file.readinto(memoryview(buffer)[: int(sizes[tile]) + 1])
+                return buffer, memoryview(buffer)[:got]
             while self.next < self.tiles.shape[0] and self.next < k + self.ahead:
                 size = int(sizes[self.tiles[self.next]])
                 if self.next > k and self.bytes + size > reader.prefetch_bytes:
@@ -144,9 +165,19 @@ class _Fetches:
                 self.bytes += size
                 self.next += 1
             self.bytes -= int(sizes[tile])
-            return self.futures.pop(k).result()
-        except MissingObjectError as exc:
+            return None, self.futures.pop(k).result()
+        except (MissingObjectError, FileNotFoundError) as exc:
             raise missing_tile(tile, reader.fields).to_exception(reader.store.url) from exc
+
+    def give_back(self, buffer: bytearray) -> None:
+        """Return a decoded tile's buffer, for the next tiles of this read."""
+        self.free.append(buffer)
+
+    def _buffer(self, size: int) -> bytearray:
+        for i, buffer in enumerate(self.free):
+            if len(buffer) >= size:
+                return self.free.pop(i)
+        return bytearray(size)
 
     def cancel(self) -> None:
         for future in self.futures.values():
