@@ -44,7 +44,7 @@ def test_decompress_scratch_round_trips(name: str) -> None:
     [
         (lambda f: f + b"\x00", "must fill it exactly"),
         (lambda f: f + _frame(b""), "must fill it exactly"),  # a second (empty) frame in the stream
-        (lambda f: f[:-3], "takes 1039 of the stream's 1036 bytes|cut short"),
+        (lambda f: f[:-3], r"takes \d+ of the stream's \d+ bytes|cut short"),
         (lambda f: b"nope" + f[4:], "not a zstd frame|corrupt"),
     ],
     ids=["trailing byte", "second frame", "truncated", "bad magic"],
