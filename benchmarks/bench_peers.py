@@ -1047,7 +1047,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"\n{summary(report)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        text = json.dumps(report, indent=1, default=str).replace(f"{workdir}{os.sep}", "")  # no local paths
+        args.json.write_text(text + "\n")
         log(f"wrote {args.json}")
     if args.plots:
         if missing(("matplotlib",)):
