@@ -187,6 +187,8 @@ nitpick_ignore_regex = [
     ("py:(data|obj)", r"(Ellipsis|NotImplemented|None|True|False)"),
     # Literal values that napoleon reads as types in "x, default ..." descriptions.
     ("py:class", r"[0-9].*|'.*'|\".*\""),
+    # Private classes in annotations (deltacells.<package>._<module>.<Name>): not documented, shown as text.
+    ("py:class", r"deltacells\.(\w+\.)*_\w+\.\w+"),
 ]
 nitpick_ignore = []
 

@@ -137,8 +137,8 @@ def encode_tile(
     n_chunks
         Chunks of roughly equal nonzeros (at most one per cell).
     level
-        zstd level ``1 .. 22``, or ``"default"`` (:data:`DEFAULT_LEVEL`) or ``"archive"``
-        (:data:`ARCHIVE_LEVEL`, the smallest tiles); see :func:`resolve_level`.
+        zstd level ``1 .. 22``, or ``"default"`` (``DEFAULT_LEVEL``) or ``"archive"``
+        (``ARCHIVE_LEVEL``, the smallest tiles); see ``resolve_level``.
     threads
         Threads compressing the streams; ``None`` uses the shared pool for large tiles.
     name
@@ -154,7 +154,7 @@ def encode_tile(
     ValueError
         If the arrays are not a valid count matrix as described above, if the
         tile has more exceptions than the writer's policy allows (DECISIONS.md 7),
-        or for an unknown ``level`` (:func:`resolve_level`).
+        or for an unknown ``level`` (``resolve_level``).
     """
     if int(n_chunks) < 1:
         msg = f"{name}: n_chunks must be at least 1, got {n_chunks}"

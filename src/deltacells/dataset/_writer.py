@@ -68,7 +68,7 @@ class DatasetWriter:
     level
         zstd level ``1 .. 22``, or ``"default"`` (fast: as fast as writing a gzip h5ad) or ``"archive"`` (the
         smallest tiles, slowest to write; reading is as fast). The manifest records the integer level used
-        (:attr:`level`).
+        (``level``).
     gene_order
         ``gene_order[j]`` is the source column written as output column ``j``; blocks passed to
         :meth:`write` are in *source* column order and reordered here. ``None`` keeps the columns as they

@@ -323,7 +323,7 @@ class TileReader:
         Tile ``k`` fills rows from ``row_starts[k]`` and nonzeros from ``nnz_starts[k]`` (its manifest's
         ``tile_nnz``); the tiles are checked as :meth:`get` checks them and counted as decoded, but not
         cached; ``columns`` maps stored genes to output columns. See
-        :func:`deltacells.tiles._into.read_tiles_into`.
+        ``deltacells.tiles._into.read_tiles_into``.
         """
         from deltacells.tiles._into import read_tiles_into
 
@@ -338,7 +338,7 @@ class TileReader:
 
     @property
     def fields(self) -> ManifestFields:
-        """What the tiles are checked against: the manifest's sizes, cells, nonzeros and genes."""
+        """The manifest's sizes, cells, nonzeros and genes, which every tile is checked against."""
         return self._fields
 
     def _count_whole(self, n_chunks: int) -> None:
