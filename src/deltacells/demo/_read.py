@@ -40,14 +40,16 @@ def open_lazily(path: Path, *, cache_dir: Path, threads: int | None) -> tuple[ad
 
 
 def warm_up(back: ad.AnnData) -> WarmUp:
-    """Read a cell, then a few scattered cells in reverse order, to load the compiled kernels.
+    """Read a cell, a few scattered cells in reverse order, and one whole tile, to load the compiled kernels.
 
-    The first reads of a process load the decoding and gather kernels (each way of gathering rows has its own).
+    The first reads of a process load the decoding and gather kernels (each way of gathering rows has its own,
+    and a range of whole tiles decodes straight into its output with another).
     """
     n = back.n_obs
     with Stopwatch() as watch:
         back.X[0]
         back.X[np.arange(0, n, max(1, n // 16))[::-1]]
+        back.X[: int(back.X.dataset.manifest.tile_cells[0])]
     return WarmUp(seconds=watch.seconds)
 
 
