@@ -199,6 +199,38 @@ class TiledCSRDataset(CSRDataset):
         """
         return _memory_class(self._dataset.read_rows(slice(None), dtype=self._dtype))
 
+    def to_dask(self, chunks: str | int = "tiles") -> Any:  # a dask.array.Array (dask is optional: not imported here)
+        """The matrix as a :class:`dask.array.Array` of CSR blocks of whole tiles (nothing is read yet).
+
+        ``read_deltacells(path, chunks=...)`` gives the same as ``adata.X``. Each block is what
+        :meth:`to_memory` would give for its rows: a ``csr_matrix`` (``csr_array`` with
+        ``anndata.settings.use_sparse_array_on_read`` on) of this dtype, in this gene order; ``meta`` is an
+        empty ``(0, 0)`` one. A block's task pickles to the dataset's store (its URL and options) and settings,
+        never to decoded data, so dask.distributed workers read the tiles themselves, opening the dataset once
+        per process.
+
+        Parameters
+        ----------
+        chunks
+            ``"tiles"`` (default): one block per tile, the manifest's ``tile_cells`` rows each. An int: blocks of
+            about that many cells, rounded to whole tiles (never less than one tile; the last block holds
+            what is left). A single column block holds every gene.
+
+        Returns
+        -------
+        dask.array.Array
+
+        Raises
+        ------
+        InvalidValueError
+            For another string, an int below 1, or ``None``.
+        InvalidTypeError
+            For a value of another type (a float, a tuple or dict of chunk sizes).
+        """
+        from deltacells.io._dask import dask_array
+
+        return dask_array(self._dataset, self._dtype, chunks, sparse_array=_use_sparse_array())
+
     def iter_row_blocks(
         self, rows: np.ndarray | slice | None = None
     ) -> Iterator[tuple[np.ndarray | slice, sparse.csr_matrix]]:

@@ -13,6 +13,7 @@ import pandas as pd
 from deltacells.dataset import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.io._anndata_hooks import register_anndata_io
+from deltacells.io._dask import parse_chunks
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._sources import view_parts
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
@@ -43,6 +44,7 @@ def read_deltacells(
     gene_order: Literal["original", "stored"] = "original",
     io_concurrency: int | None = None,
     lazy_obs: bool | None = None,
+    chunks: Literal["tiles"] | int | None = None,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -96,12 +98,19 @@ def read_deltacells(
         cache when it is used (``adata.obs["cell_type"] == "B cell"`` loads its codes, 1-2 bytes per cell),
         and ``adata[mask].to_memory()`` gives a pandas obs with the stored names of those cells only. See the
         user guide on reading atlases.
+    chunks
+        As xarray's ``chunks=``: ``None`` (default) gives the lazy ``X``, a :class:`~deltacells.TiledCSRDataset`;
+        ``"tiles"`` gives ``X`` as a :class:`dask.array.Array` with one block per tile (rows as the manifest's
+        ``tile_cells``, one column block), and an int blocks of about that many cells, rounded to whole tiles
+        (never less than one). Blocks are CSR, as ``TiledCSRDataset.to_memory()`` gives them, and their tasks
+        pickle to the dataset's URL and options, so dask.distributed workers read the tiles themselves. Needs
+        ``dask[array]``. Same as ``X.to_dask(chunks)`` on the lazy ``X``.
 
     Returns
     -------
     anndata.AnnData
-        ``X`` is a :class:`~deltacells.TiledCSRDataset`; ``uns["deltacells"]`` holds
-        the manifest's settings and metadata, and the gene order when there is one.
+        ``X`` is a :class:`~deltacells.TiledCSRDataset` (a :class:`dask.array.Array` with ``chunks=``);
+        ``uns["deltacells"]`` holds the manifest's settings and metadata, and the gene order when there is one.
 
     Examples
     --------
@@ -112,6 +121,7 @@ def read_deltacells(
     >>> adata[adata.obs["cell_type"] == "type_A"].to_memory().X.format
     'csr'
     """
+    chunks = parse_chunks(chunks)
     register_anndata_io()
     import anndata as ad
 
@@ -124,6 +134,8 @@ def read_deltacells(
     )
     dataset = stored.with_gene_order(gene_order)
     X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
+    if chunks is not None:
+        X = X.to_dask(chunks)
     var = _in_column_order(read_var(dataset), dataset)
     if _use_lazy_obs(lazy_obs, dataset.n_cells):
         obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)

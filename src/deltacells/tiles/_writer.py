@@ -242,7 +242,7 @@ class TileWriter:
         Cells per tile, chunks per tile.
     level
         zstd level ``1 .. 22``, or ``"default"`` or ``"archive"`` (see
-        :func:`~deltacells.codec._encode.resolve_level`); ``level`` is the integer.
+        ``deltacells.codec._encode.resolve_level``); ``level`` is the integer.
     columns
         ``columns[j]`` is the tile column of source column ``j`` (a permutation), applied to every block;
         ``None`` keeps the columns as they are.

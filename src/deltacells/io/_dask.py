@@ -1,0 +1,251 @@
+"""X as a :class:`dask.array.Array` of CSR blocks: one block per tile, or per run of whole tiles (DECISIONS.md 14).
+
+The array is made with :func:`dask.array.map_blocks` and no input array (dask's documented way to make an
+array from scratch): each block's task holds a :class:`BlockSource` (the dataset's store, which pickles to
+its URL and options, and the reader's settings) and learns its rows from ``block_info``; it never holds
+an open file or decoded data. A process running blocks opens the dataset once (one manifest read) and keeps
+it for the blocks that follow (:func:`dataset_for`); the process that made the array starts with the
+dataset it was made from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import sparse
+
+from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
+
+if TYPE_CHECKING:
+    from deltacells.dataset import Dataset
+    from deltacells.format import Manifest
+    from deltacells.storage import BaseStore
+
+__all__ = ["BlockSource", "dask_array", "dataset_for", "parse_chunks", "row_chunks", "tiles_per_block"]
+
+#: Opened datasets a process keeps for the blocks it runs (a worker usually needs one or two).
+MAX_OPEN_DATASETS = 8
+
+_CHUNKS_HELP = (
+    "None (the lazy X, a TiledCSRDataset), 'tiles' (one dask block per tile) or a number of cells per block "
+    "(a positive int, rounded to whole tiles)"
+)
+
+
+def parse_chunks(chunks: Any, *, allow_none: bool = True) -> str | int | None:
+    """Check a ``chunks=`` value: ``None``, ``"tiles"`` or a positive int (a number of cells per block).
+
+    Raises
+    ------
+    InvalidTypeError
+        For a value of another type (a float, a bool, a tuple or dict of chunk sizes...).
+    InvalidValueError
+        For another string (``"auto"``), an int below 1, or ``None`` where a dask array is asked for.
+    """
+    accepted = _CHUNKS_HELP if allow_none else _CHUNKS_HELP.split(", ", 1)[1]
+    if chunks is None:
+        if allow_none:
+            return None
+        msg = f"chunks must be {accepted}; None gives no dask array (use the lazy X itself)"
+        raise InvalidValueError(msg)
+    if isinstance(chunks, str):
+        if chunks == "tiles":
+            return chunks
+        msg = f"chunks must be {accepted}; got the string {chunks!r}"
+        raise InvalidValueError(msg)
+    if isinstance(chunks, (bool, np.bool_)) or not isinstance(chunks, (int, np.integer)):
+        msg = f"chunks must be {accepted}; got {chunks!r} of type {type(chunks).__name__}"
+        raise InvalidTypeError(msg)
+    if chunks < 1:
+        msg = f"chunks must be {accepted}; got {int(chunks)} (a block holds at least one tile)"
+        raise InvalidValueError(msg)
+    return int(chunks)
+
+
+def row_chunks(manifest: Manifest, chunks: str | int) -> tuple[int, ...]:
+    """The cells of each row block: one tile per block (``"tiles"``), or about ``chunks`` cells in whole tiles.
+
+    An int becomes ``max(1, round(chunks / tile_size))`` tiles per block (the last block may hold fewer);
+    a dataset without cells has one empty block.
+    """
+    tile_cells = np.asarray(manifest.tile_cells, dtype=np.int64)
+    if tile_cells.shape[0] == 0:
+        return (0,)
+    per_block = tiles_per_block(manifest, chunks)
+    if per_block == 1:
+        return tuple(int(n) for n in tile_cells)
+    return tuple(int(n) for n in np.add.reduceat(tile_cells, np.arange(0, tile_cells.shape[0], per_block)))
+
+
+def tiles_per_block(manifest: Manifest, chunks: str | int) -> int:
+    """Whole tiles in each block: 1 for ``"tiles"``, else ``chunks / tile_size`` rounded (half up), at least 1."""
+    if chunks == "tiles":
+        return 1
+    tile_size = max(1, int(manifest.tile_size))
+    return max(1, (int(chunks) + tile_size // 2) // tile_size)
+
+
+@dataclass(frozen=True)
+class BlockSource:
+    """What a block's task needs to read its rows: small to pickle, never an open file or decoded data.
+
+    Attributes
+    ----------
+    store
+        The dataset's store (it pickles to its URL and options).
+    key
+        Names the opened dataset in a process's cache: a digest of the store, the manifest and the settings.
+    fingerprint
+        SHA-256 of the manifest the array was made from; a process that opens another raises.
+    gene_order
+        ``"original"`` or ``"stored"``, as the reader chose.
+    dtype
+        dtype of the values.
+    sparse_array
+        Blocks are ``csr_array`` (else ``csr_matrix``), as ``TiledCSRDataset.to_memory()`` returned.
+    tile_cache_bytes, threads
+        The dataset's tile cache bound and decoding threads.
+    """
+
+    store: BaseStore
+    key: str
+    fingerprint: str
+    gene_order: str
+    dtype: np.dtype
+    sparse_array: bool
+    tile_cache_bytes: int
+    threads: int | None
+
+    @classmethod
+    def of(cls, dataset: Dataset, dtype: np.dtype, *, sparse_array: bool) -> BlockSource:
+        """The source of ``dataset``'s blocks, read in ``dtype``."""
+        fingerprint = manifest_fingerprint(dataset.manifest)
+        settings = (dataset.gene_order_mode, dataset.cache.max_bytes, dataset.threads, fingerprint)
+        digest = hashlib.sha256(pickle.dumps(dataset.store, protocol=4))
+        digest.update(repr(settings).encode())
+        return cls(
+            store=dataset.store,
+            key=digest.hexdigest(),
+            fingerprint=fingerprint,
+            gene_order=dataset.gene_order_mode,
+            dtype=np.dtype(dtype),
+            sparse_array=bool(sparse_array),
+            tile_cache_bytes=int(dataset.cache.max_bytes),
+            threads=dataset.threads,
+        )
+
+    def meta(self) -> sparse.csr_matrix | sparse.csr_array:
+        """An empty ``(0, 0)`` matrix of the blocks' class and dtype (dask's ``meta``)."""
+        cls = sparse.csr_array if self.sparse_array else sparse.csr_matrix
+        return cls((0, 0), dtype=self.dtype)
+
+
+def manifest_fingerprint(manifest: Manifest) -> str:
+    """SHA-256 of the manifest's text."""
+    return hashlib.sha256(manifest.to_json().encode()).hexdigest()
+
+
+def dask_array(dataset: Dataset, dtype: np.dtype, chunks: str | int, *, sparse_array: bool) -> Any:
+    """``dataset`` as a :class:`dask.array.Array` of CSR blocks of whole tiles (``chunks`` checked here).
+
+    Parameters
+    ----------
+    dataset
+        The open dataset, in the gene order the blocks follow.
+    dtype
+        dtype of the values.
+    chunks
+        ``"tiles"`` or a number of cells per block.
+    sparse_array
+        Blocks (and ``meta``) are ``csr_array`` rather than ``csr_matrix``.
+    """
+    try:
+        import dask.array as da
+    except ImportError as exc:
+        msg = "X as a dask array (chunks=...) needs dask: pip install 'deltacells[dask]' (or 'dask[array]')"
+        raise ImportError(msg) from exc
+
+    chunks = parse_chunks(chunks, allow_none=False)
+    source = BlockSource.of(dataset, dtype, sparse_array=sparse_array)
+    rows = row_chunks(dataset.manifest, chunks)
+    # The same dataset, settings and blocks give the same name (and so the same keys: dask reads them once).
+    token = repr((source.key, source.dtype.str, source.sparse_array, tiles_per_block(dataset.manifest, chunks)))
+    name = "read-deltacells-" + hashlib.sha256(token.encode()).hexdigest()[:32]
+    _remember(source.key, dataset)  # blocks run here use the dataset already open
+    return da.map_blocks(
+        read_block,
+        source,
+        name=name,
+        chunks=(rows, (dataset.n_genes,)),
+        dtype=source.dtype,
+        meta=source.meta(),
+    )
+
+
+def read_block(source: BlockSource, block_info: dict[Any, Any] | None = None) -> sparse.csr_matrix | sparse.csr_array:
+    """The rows of one block (``block_info[None]["array-location"]``), read with the fast path of whole tiles."""
+    assert block_info is not None, "dask passes block_info to map_blocks functions that take it"
+    (start, stop), _ = block_info[None]["array-location"]
+    dataset = dataset_for(source)
+    if stop > start:
+        matrix = dataset.read_rows(slice(start, stop), dtype=source.dtype)
+    else:
+        matrix = sparse.csr_matrix((0, dataset.n_genes), dtype=source.dtype)
+    return sparse.csr_array(matrix) if source.sparse_array else matrix
+
+
+# ---------------------------------------------------------------------- the datasets open in this process
+
+_lock = threading.Lock()
+_open: OrderedDict[str, Dataset] = OrderedDict()
+
+
+def dataset_for(source: BlockSource) -> Dataset:
+    """The dataset ``source`` names, opened once per process (the last :data:`MAX_OPEN_DATASETS` are kept).
+
+    Raises
+    ------
+    FormatError
+        If the dataset's manifest is not the one the array was made from (it was overwritten since).
+    """
+    with _lock:
+        dataset = _open.get(source.key)
+        if dataset is not None:
+            _open.move_to_end(source.key)
+            return dataset
+    from deltacells.dataset import open_dataset
+
+    opened = open_dataset(source.store, tile_cache_bytes=source.tile_cache_bytes, threads=source.threads)
+    if manifest_fingerprint(opened.manifest) != source.fingerprint:
+        msg = (
+            f"{source.store.url}/manifest.json is not the one this dask array was made from: the dataset was "
+            "overwritten since; read it again with read_deltacells"
+        )
+        raise FormatError(msg)
+    return _remember(source.key, opened.with_gene_order(source.gene_order))
+
+
+def _remember(key: str, dataset: Dataset) -> Dataset:
+    """Keep ``dataset`` under ``key`` (or the one already kept), dropping the least recently used beyond the bound."""
+    with _lock:
+        dataset = _open.setdefault(key, dataset)
+        _open.move_to_end(key)
+        while len(_open) > MAX_OPEN_DATASETS:
+            _open.popitem(last=False)
+    return dataset
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a parent's thread may have held it at the fork
+    _open.clear()  # the parent's datasets hold its locks and threads: open afresh
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
