@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _visium import VISIUM, resampled_rows
 from scipy import sparse
-
-DATA = Path(os.environ.get("DELTACELLS_VISIUM", "/work/shared/data/visium-cytassist"))
 
 
 def load_matrices(n_cells: int, quick: bool) -> list[tuple[str, Any]]:
@@ -50,10 +49,10 @@ def load_matrices(n_cells: int, quick: bool) -> list[tuple[str, Any]]:
     import anndata as ad
     import scanpy as sc
 
-    visium = sc.read_10x_mtx(DATA)
+    visium = sc.read_10x_mtx(VISIUM)
     if quick:
         visium = visium[:1000].copy()
-    rows = np.random.default_rng(0).integers(0, visium.n_obs, size=n_cells)
+    rows = resampled_rows(visium.n_obs, n_cells)
     resampled = ad.AnnData(X=sparse.csr_matrix(visium.X)[rows], var=visium.var.copy())
     resampled.obs_names = [f"{visium.obs_names[r]}-{i}" for i, r in enumerate(rows)]
     return [("visium", visium), (f"resampled {n_cells // 1000}k", resampled)]

@@ -34,6 +34,7 @@ from pathlib import Path
 import anndata as ad
 import numpy as np
 import zstandard
+from _visium import resampled_rows
 from scipy import sparse
 
 import deltacells as dc
@@ -63,7 +64,7 @@ def load(args: argparse.Namespace) -> tuple[str, sparse.csr_matrix]:
         X = sparse.csr_matrix(adata.X)
         label = f"visium-cytassist {X.shape[0]:,} x {X.shape[1]:,}"
         if args.resample:
-            rows = np.random.default_rng(0).integers(0, X.shape[0], args.resample)
+            rows = resampled_rows(X.shape[0], args.resample)
             X = X[rows]
             label = f"{args.resample:,} cells resampled from {label}"
         return label, X

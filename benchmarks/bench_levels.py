@@ -4,7 +4,7 @@ The real writer's pieces are measured: tiles are cut as ``write_deltacells`` cut
 totals, 2,048 cells per tile) and encoded with ``deltacells.codec._encode.encode_tile`` on one thread, then
 decoded with ``deltacells.decode_tile`` on one thread. Two matrices:
 
-* ``visium``: the real Visium CytAssist matrix (``/work/shared/data/visium-cytassist``, 2,898 x 19,465);
+* ``visium``: the real Visium CytAssist matrix (``../shared/data/visium-cytassist``, 2,898 x 19,465);
 * ``resampled``: 30,000 cells drawn with replacement from its real cells (``--cells``).
 
 Settings: every zstd level 1..22, and zstd's other knobs (``window_log``, ``strategy``, long-distance
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 import zstandard
+from _visium import VISIUM, resampled_rows
 from scipy import sparse
 
-DATA = Path(os.environ.get("DELTACELLS_VISIUM", "/work/shared/data/visium-cytassist"))
 TILE_SIZE = 2048
 STRATEGIES = dict(enumerate(("fast", "dfast", "greedy", "lazy", "lazy2", "btlazy2", "btopt", "btultra", "btultra2"), 1))
 
@@ -87,13 +87,13 @@ def load_visium() -> tuple[sparse.csr_matrix, list[str]]:
     """The Visium matrix as scanpy reads it (float32 CSR), and the cell names."""
     import scanpy as sc
 
-    adata = sc.read_10x_mtx(DATA)
+    adata = sc.read_10x_mtx(VISIUM)
     return sparse.csr_matrix(adata.X, dtype=np.float32), [str(name) for name in adata.obs_names]
 
 
 def resample(counts: sparse.csr_matrix, n_cells: int, seed: int = 0) -> sparse.csr_matrix:
     """``n_cells`` real cells of ``counts`` drawn with replacement."""
-    rows = np.random.default_rng(seed).integers(0, counts.shape[0], size=n_cells)
+    rows = resampled_rows(counts.shape[0], n_cells, seed)
     return counts[rows]
 
 

@@ -56,12 +56,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from _visium import VISIUM, resampled_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "visium-cytassist"
+DEFAULT_DATA = VISIUM
 SIZES = {"visium": None, "100k": 100_000, "1M": 1_000_000}
 FRACTIONS = (0.001, 0.01, 0.1)
 
@@ -606,7 +607,7 @@ def make_source(workdir: Path, size: str, base: Any, seed: int) -> dict[str, Any
     if n_cells is None:
         adata = base
     else:
-        rows = np.random.default_rng(seed).integers(0, base.n_obs, size=n_cells)
+        rows = resampled_rows(base.n_obs, n_cells, seed)
         adata = ad.AnnData(X=base.X[rows], var=base.var)
         adata.obs_names = [f"{name}-{i}" for i, name in enumerate(base.obs_names[rows])]
     adata.write_h5ad(source)
