@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _rss import reset_peak, status, trim
 
 SCENARIOS = ("iter_tiles", "read_rows", "random_batches")
 
@@ -70,35 +71,6 @@ def make_dataset(path: Path, *, cells: int, genes: int, density: float, tile_siz
 # ---------------------------------------------------------------------------------------------- the probe
 
 
-def _status(field: str) -> int:
-    """A ``Vm*`` field of ``/proc/self/status``, in bytes."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    msg = f"no {field} in /proc/self/status"
-    raise RuntimeError(msg)
-
-
-def _trim() -> None:
-    """``malloc_trim(0)`` where the C library has it (glibc), so that RSS counts memory in use only."""
-    import ctypes
-    import ctypes.util
-
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-
-
-def _reset_peak() -> bool:
-    """Reset the peak RSS (VmHWM) to the current RSS; False where the kernel does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
 def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: int = 1000) -> dict[str, Any]:
     """Run one access pattern over the whole dataset in this (fresh) process and measure its peak RSS."""
     import deltacells
@@ -113,9 +85,9 @@ def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: 
     ds.read_rows(np.arange(0, n, max(1, n // 50))[:50])
     ds.cache.clear()
     gc.collect()
-    _trim()  # give the warm-up's freed memory back to the OS: it must not hide in the baseline
-    baseline = _status("VmRSS")
-    reset = _reset_peak()
+    trim()  # give the warm-up's freed memory back to the OS: it must not hide in the baseline
+    baseline = status("VmRSS")
+    reset = reset_peak()
     checksum = 0
     samples: list[int] = []
     max_cached = 0
@@ -126,7 +98,7 @@ def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: 
             checksum += int(tile.data.sum(dtype=np.int64))
             max_cached = max(max_cached, ds.cache.nbytes)
             if t % every == 0:
-                samples.append(_status("VmRSS"))
+                samples.append(status("VmRSS"))
     elif scenario == "read_rows":
         every = max(1, n // batch_rows // 20) * batch_rows
         for lo in range(0, n, batch_rows):
@@ -134,7 +106,7 @@ def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: 
             checksum += int(block.data.sum(dtype=np.int64))
             max_cached = max(max_cached, ds.cache.nbytes)
             if lo % every == 0:
-                samples.append(_status("VmRSS"))
+                samples.append(status("VmRSS"))
     elif scenario == "random_batches":  # shuffled cells, as a data loader draws them: every batch hits many tiles
         order = np.random.default_rng(0).permutation(n)
         n_batches = min(20, -(-n // batch_rows))
@@ -142,12 +114,12 @@ def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: 
             block = ds.read_rows(order[b * batch_rows : (b + 1) * batch_rows], dtype=np.int32)
             checksum += int(block.data.sum(dtype=np.int64))
             max_cached = max(max_cached, ds.cache.nbytes)
-            samples.append(_status("VmRSS"))
+            samples.append(status("VmRSS"))
     else:
         msg = f"unknown scenario {scenario!r}; choose among {SCENARIOS}"
         raise ValueError(msg)
     seconds = time.perf_counter() - began
-    peak = _status("VmHWM")
+    peak = status("VmHWM")
     tile_bytes = [8 * int(z) + 8 * (int(c) + 1) for z, c in zip(m.tile_nnz, m.tile_cells, strict=True)]
     batch = max(2, 2 * threads)
     return {

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import gc
 import importlib.metadata
 import importlib.util
 import json
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from _rss import reset_peak, status, trim
 from _visium import VISIUM, resampled_rows
 
 if TYPE_CHECKING:
@@ -106,46 +106,17 @@ def missing(packages: tuple[str, ...]) -> list[str]:
 # ============================================================================================ measuring tools
 
 
-def _status(field: str) -> int:
-    """A ``Vm*`` field of ``/proc/self/status``, in bytes (0 where there is none: not Linux)."""
-    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _trim() -> None:
-    """``malloc_trim(0)`` (glibc), so that the baseline RSS counts memory in use only."""
-    import ctypes
-    import ctypes.util
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS; False where the kernel does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
 class Peak:
     """The peak RSS of a block of code, above the RSS when it began (after a trim)."""
 
     def __enter__(self) -> Peak:
-        _trim()
-        self.baseline = _status("VmRSS")
-        self.reset = _reset_peak()
+        trim()
+        self.baseline = status("VmRSS")
+        self.reset = reset_peak()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.peak = _status("VmHWM")
+        self.peak = status("VmHWM")
         self.above = self.peak - self.baseline
 
     def result(self) -> dict[str, Any]:
@@ -644,7 +615,7 @@ def make_source(workdir: Path, size: str, base: Any, seed: int) -> dict[str, Any
         }
     info_file.write_text(json.dumps(info, indent=1))
     del adata, X
-    _trim()
+    trim()
     return info
 
 
