@@ -13,6 +13,7 @@ Two views of the same property:
 from __future__ import annotations
 
 import importlib.util
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -35,6 +36,8 @@ MB = 2**20
 
 
 def load_bench() -> ModuleType:
+    if str(BENCH_MEMORY.parent) not in sys.path:  # its helpers (_rss.py) are beside it, as when it is run
+        sys.path.insert(0, str(BENCH_MEMORY.parent))
     spec = importlib.util.spec_from_file_location("bench_memory", BENCH_MEMORY)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
