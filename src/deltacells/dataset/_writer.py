@@ -31,7 +31,14 @@ from deltacells.format import (
     Manifest,
 )
 from deltacells.storage import BaseStore, PrefixStore, open_store
-from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, TileWriter, check_tile_settings
+from deltacells.tiles import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_CHUNKS,
+    DEFAULT_TILE_SIZE,
+    TileList,
+    TileWriter,
+    check_tile_settings,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,6 +172,7 @@ class DatasetWriter:
         self.level = self._tiles.level
         self._closed = False
         self._aborted = False
+        self._stored_elsewhere: TileList | None = None
         self.manifest: Manifest | None = None
 
     # ------------------------------------------------------------------ context
@@ -185,6 +193,15 @@ class DatasetWriter:
         """Rows received so far (written, being encoded, or waiting for their tile to fill)."""
         return self._tiles.n_cells
 
+    @property
+    def tile_store(self) -> BaseStore:
+        """Where the tiles go: the dataset's store, or its staging prefix while an overwrite is under way.
+
+        For tiles encoded and stored by others (the tasks of a dask cluster), which :meth:`add_tiles` then
+        records; the store pickles to its URL and options.
+        """
+        return self._target
+
     # ------------------------------------------------------------------ writing
 
     def write(self, block: Any) -> None:
@@ -203,6 +220,28 @@ class DatasetWriter:
         except BaseException:
             self.abort()  # a block or a tile failed: the dataset cannot be completed
             raise
+
+    def add_tiles(self, tiles: TileList) -> None:
+        """Record tiles that others encoded and stored in :attr:`tile_store`, instead of rows passed to :meth:`write`.
+
+        Tile ``i`` is ``tile_path(i)``; the tiles have this writer's ``tile_size`` cells each (the last one may
+        have fewer), ``n_chunks`` and ``level``. :meth:`close` writes the manifest for them.
+
+        Raises
+        ------
+        InvalidValueError
+            If rows were passed to :meth:`write` too, or tiles were added already, or a tile other than the
+            last does not have ``tile_size`` cells.
+        """
+        self._check_open()
+        if self.n_cells or self._stored_elsewhere is not None:
+            msg = "add_tiles records all the tiles of a dataset, once, and no rows may be passed to write()"
+            raise InvalidValueError(msg)
+        cells = np.asarray(tiles.tile_cells, dtype=np.int64)
+        if cells.size and (np.any(cells[:-1] != self.tile_size) or not 0 < cells[-1] <= self.tile_size):
+            msg = f"every tile but the last must have tile_size ({self.tile_size}) cells; got {cells.tolist()[:8]}..."
+            raise InvalidValueError(msg)
+        self._stored_elsewhere = tiles
 
     def close(self) -> Manifest:
         """Finish: the last tile, the optional files and obs, all stored, then ``manifest.json``.
@@ -225,6 +264,8 @@ class DatasetWriter:
         try:
             self._write_sidecars()  # uploaded with the last tiles
             tiles = self._tiles.finish()  # returns once every tile and sidecar is stored
+            if self._stored_elsewhere is not None:
+                tiles = self._stored_elsewhere
             obs_fields = self._write_obs(tiles.tile_cells)  # returns once obs is stored
             self.manifest = Manifest(
                 n_cells=tiles.n_cells,

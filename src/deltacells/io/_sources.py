@@ -102,7 +102,7 @@ def _row_chunks(rows: np.ndarray | slice, block_rows: int, matrix: Any) -> Itera
     if isinstance(rows, slice):
         bounds = [*range(rows.start, rows.stop, block_rows), rows.stop]
         chunks = getattr(matrix, "chunks", None)
-        if _is_dask(matrix) and chunks is not None:
+        if is_dask(matrix) and chunks is not None:
             edges = np.concatenate(([0], np.cumsum(chunks[0])))
             edges = edges[(edges > rows.start) & (edges < rows.stop)]
             merged, last = [rows.start], rows.start
@@ -119,7 +119,8 @@ def _row_chunks(rows: np.ndarray | slice, block_rows: int, matrix: Any) -> Itera
         yield rows[lo : lo + block_rows]
 
 
-def _is_dask(matrix: Any) -> bool:
+def is_dask(matrix: Any) -> bool:
+    """Whether ``matrix`` is a dask array."""
     return type(matrix).__module__.startswith("dask.")
 
 

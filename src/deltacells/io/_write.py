@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
 
 from deltacells.codec._encode import Level, resolve_level
 from deltacells.dataset import DatasetWriter
 from deltacells.dataset._output import check_output
 from deltacells.errors import InvalidTypeError, UnknownKeyError, warn
-from deltacells.io._sources import MatrixSource, matrix_source, view_parts
+from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
+from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
 from deltacells.storage import open_store
-from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, to_count_csr
-from deltacells.tiles._counts import MAX_COUNT
+from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE
+from deltacells.tiles._counts import column_totals
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -51,6 +51,12 @@ def write_deltacells(
     zarr, dask-backed, views, and datasets read with :func:`read_deltacells`. The matrix
     is streamed in blocks of rows, so memory stays at a few tiles; with gene
     reordering it is read twice (gene totals first, then the tiles).
+
+    A dask matrix (anndata's ``read_lazy``, ``read_deltacells(..., chunks=...)``) is converted by dask tasks
+    under the scheduler in effect (the workers of the active ``dask.distributed`` client, or dask's local
+    threads): one task per block sums its genes, then one task per run of whole tiles encodes them and
+    stores them at ``path`` itself (which the workers must reach); this process writes obs, var and the
+    manifest, last. The files are the same as from memory.
 
     Parameters
     ----------
@@ -86,7 +92,7 @@ def write_deltacells(
         Replace an existing dataset at ``path``. The old dataset stays whole and readable until the new one
         is complete; a conversion that fails or is killed leaves it as it was.
     threads
-        Threads encoding tiles (default: the usable CPUs).
+        Threads encoding tiles (default: the usable CPUs); for a dask matrix, dask's workers encode instead.
     progress
         Show a progress bar.
     storage_options
@@ -108,7 +114,7 @@ def write_deltacells(
     source = matrix_source(adata, layer=layer, raw=raw)
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
     ref = view_parts(adata)[0]
-    var = (ref.raw.var if raw else ref.var).iloc[source.cols].copy()
+    var = _in_memory(ref.raw.var if raw else ref.var).iloc[source.cols].copy()
     store = open_store(path, storage_options, io_concurrency=io_concurrency)
     check_output(store, overwrite=overwrite)
     _warn_dropped(adata, layer=layer, raw=raw)
@@ -120,12 +126,15 @@ def write_deltacells(
 
     n_cells, n_genes = source.n_rows, source.n_cols
     block_rows = max(tile_size, 4096)
+    on_dask = is_dask(source.matrix)
+    matrix = dask_matrix(source) if on_dask else None
     bar = _progress_bar(n_cells, enabled=progress)
     try:
         gene_order = None
         if reorder_genes:
             bar.set_description("gene totals")
-            gene_order = np.argsort(-gene_totals(source, block_rows, bar), kind="stable")
+            totals = dask_gene_totals(matrix, bar) if on_dask else gene_totals(source, block_rows, bar)
+            gene_order = np.argsort(-totals, kind="stable")
             bar.reset(total=n_cells)
         bar.set_description("tiles")
         writer = DatasetWriter(
@@ -145,7 +154,14 @@ def write_deltacells(
             threads=threads,
         )
         with writer:
-            _write_blocks(writer, source, block_rows, bar)
+            if on_dask:  # the tasks store the tiles; the manifest is written here, last
+                tiles = store_dask_tiles(
+                    matrix, writer.tile_store, tile_size=writer.tile_size, n_chunks=writer.n_chunks,
+                    level=writer.level, gene_order=gene_order, bar=bar,
+                )  # fmt: skip
+                writer.add_tiles(tiles)
+            else:
+                _write_blocks(writer, source, block_rows, bar)
     finally:
         bar.close()
 
@@ -180,34 +196,11 @@ def gene_totals(source: MatrixSource, block_rows: int, bar: Any = None) -> np.nd
     totals = np.zeros(n_genes, dtype=np.float64)
     first_row = 0
     for block in source.blocks(block_rows):
-        if _sums_as_is(block, n_genes):
-            totals += np.asarray(block.sum(axis=0, dtype=np.float64)).ravel()
-        else:
-            counts = to_count_csr(block, first_row=first_row, n_genes=n_genes)
-            totals += np.asarray(counts.sum(axis=0, dtype=np.float64)).ravel()
+        totals += column_totals(block, first_row=first_row, n_genes=n_genes)
         first_row += block.shape[0]
         if bar is not None:
             bar.update(block.shape[0])
     return totals
-
-
-def _sums_as_is(block: Any, n_genes: int) -> bool:
-    """Whether ``block`` is a sparse matrix of counts (values whole numbers in ``[0, 2^31 - 1]``) to sum as is.
-
-    Duplicates and explicit zeros do not change column sums; a block that fails a check is left to
-    :func:`~deltacells.tiles.to_count_csr` to name the offending value.
-    """
-    if not (sparse.issparse(block) and block.format in ("csr", "csc", "coo")) or block.shape[1] != n_genes:
-        return False
-    data = block.data
-    if data.dtype.kind not in "iuf":
-        return False
-    if not data.size:
-        return True
-    low, high = data.min(), data.max()  # NaN makes both comparisons false
-    if not (low >= 0 and high <= MAX_COUNT):
-        return False
-    return data.dtype.kind != "f" or bool(np.array_equal(np.floor(data), data))
 
 
 def _write_blocks(writer: DatasetWriter, source: MatrixSource, block_rows: int, bar: Any) -> None:
@@ -244,6 +237,11 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
 
     check_obs(obs, max_categories=max_categories)  # raises for columns the format cannot hold
     return obs
+
+
+def _in_memory(frame: Any) -> pd.DataFrame:
+    """A table as a pandas DataFrame: a lazy one (anndata's ``Dataset2D``, as ``read_lazy`` gives) is read."""
+    return frame if isinstance(frame, pd.DataFrame) or not hasattr(frame, "to_memory") else frame.to_memory()
 
 
 def _warn_dropped(adata: ad.AnnData, *, layer: str | None, raw: bool) -> None:

@@ -78,3 +78,53 @@ def _raise_at(csr: sparse.csr_matrix, position: int, first_row: int) -> None:
         problem = "is outside [0, 2^31 - 1]"
     msg = f"the count of cell {first_row + row}, gene {gene} ({value!r}) {problem}. {RAW_COUNTS_HINT}."
     raise InvalidValueError(msg)
+
+
+def column_totals(block: Any, *, first_row: int = 0, n_genes: int | None = None) -> np.ndarray:
+    """The column sums of a block of counts, its values checked on the way.
+
+    A scipy sparse block of valid counts is summed as it is (no copy, no conversion to the canonical CSR that
+    tiles need); any other block, or one with a value that is not a count, goes through :func:`to_count_csr`,
+    which raises the usual error for it.
+
+    Parameters
+    ----------
+    block
+        Rows ``first_row ..`` of the count matrix (sparse or dense).
+    first_row
+        Global index of the block's first row (for error messages).
+    n_genes
+        Expected number of columns.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64[n_columns]``, exact for totals below 2^53.
+
+    Raises
+    ------
+    InvalidValueError, InvalidTypeError
+        As :func:`to_count_csr`.
+    """
+    if not _sums_as_is(block, block.shape[1] if n_genes is None else n_genes):
+        block = to_count_csr(block, first_row=first_row, n_genes=n_genes)
+    return np.asarray(block.sum(axis=0, dtype=np.float64)).ravel()
+
+
+def _sums_as_is(block: Any, n_genes: int) -> bool:
+    """Whether ``block`` is a sparse matrix of counts (values whole numbers in ``[0, 2^31 - 1]``) to sum as is.
+
+    Duplicates and explicit zeros do not change column sums; a block that fails a check is left to
+    :func:`to_count_csr` to name the offending value.
+    """
+    if not (sparse.issparse(block) and block.format in ("csr", "csc", "coo")) or block.shape[1] != n_genes:
+        return False
+    data = block.data
+    if data.dtype.kind not in "iuf":
+        return False
+    if not data.size:
+        return True
+    low, high = data.min(), data.max()  # NaN makes both comparisons false
+    if not (low >= 0 and high <= MAX_COUNT):
+        return False
+    return data.dtype.kind != "f" or bool(np.array_equal(np.floor(data), data))

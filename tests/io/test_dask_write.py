@@ -1,0 +1,180 @@
+"""``write_deltacells`` from a dask-backed matrix: tiles encoded and stored by dask tasks, the manifest last.
+
+The oracle is the in-memory writer: the same AnnData written from memory and from a dask X (whatever its
+blocks, on dask's local scheduler or on a ``LocalCluster`` of processes) gives the same files, byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import pytest
+from scipy import sparse
+
+import deltacells
+from deltacells.datasets import synthetic_counts
+from deltacells.errors import InvalidValueError
+from deltacells.io._dask_write import task_rows
+
+da = pytest.importorskip("dask.array")
+
+N_CELLS, N_GENES, TILE_SIZE = 1000, 60, 128
+
+
+@pytest.fixture(scope="module")
+def source() -> ad.AnnData:
+    return synthetic_counts(N_CELLS, N_GENES, seed=5)
+
+
+@pytest.fixture(scope="module")
+def expected(source: ad.AnnData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``source`` written from memory: the files every dask write must reproduce."""
+    out = tmp_path_factory.mktemp("memory") / "cells.deltacells"
+    deltacells.write_deltacells(source, out, tile_size=TILE_SIZE, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory):
+    """A real cluster of two worker processes (one thread each), for the module."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=":0",
+            local_directory=tmp_path_factory.mktemp("dask-workers"),
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_same_files(got: Path, expected: Path) -> None:
+    got_files, expected_files = files(got), files(expected)
+    assert sorted(got_files) == sorted(expected_files)
+    differ = [name for name in expected_files if got_files[name] != expected_files[name]]
+    assert not differ, f"these files differ: {differ}"
+
+
+def with_dask_x(adata: ad.AnnData, chunks: tuple[int, int], *, dense: bool = False) -> ad.AnnData:
+    matrix = adata.X.toarray() if dense else sparse.csr_matrix(adata.X)
+    X = da.from_array(matrix, chunks=chunks, asarray=False)
+    return ad.AnnData(X=X, obs=adata.obs.copy(), var=adata.var.copy())
+
+
+# ---------------------------------------------------------------------- the tasks' rows
+
+
+@pytest.mark.parametrize(
+    ("row_chunks", "tile_size", "expected_spans"),
+    [
+        ((256, 256, 100), 128, [(0, 256), (256, 512), (512, 612)]),  # blocks of two tiles: tasks of two tiles
+        ((300, 300, 300), 128, [(0, 256), (256, 512), (512, 768), (768, 900)]),  # 300 cells: two tiles a task
+        ((50,) * 10, 128, [(0, 128), (128, 256), (256, 384), (384, 500)]),  # small blocks: one tile a task
+        ((0,), 128, []),
+    ],
+)
+def test_tasks_cover_whole_tiles(row_chunks, tile_size, expected_spans):
+    assert task_rows(row_chunks, tile_size) == expected_spans
+
+
+# ---------------------------------------------------------------------- dask's local scheduler
+
+
+@pytest.mark.parametrize(
+    ("chunks", "dense"),
+    [
+        ((128, N_GENES), False),  # blocks of one tile
+        ((300, N_GENES), False),  # blocks that straddle tiles
+        ((77, 25), False),  # blocks across the genes too
+        ((250, 30), True),  # dense blocks
+    ],
+    ids=["tile-blocks", "straddling", "gene-blocks", "dense"],
+)
+def test_same_files_as_from_memory(source, expected, tmp_path, chunks, dense):
+    out = tmp_path / "dask.deltacells"
+    deltacells.write_deltacells(with_dask_x(source, chunks, dense=dense), out, tile_size=TILE_SIZE, progress=False)
+    assert_same_files(out, expected)
+
+
+def test_views_and_options(source, tmp_path):
+    """A view (rows and genes chosen), genes in their order, another level: the same as from memory."""
+    rows = np.sort(np.random.default_rng(0).choice(N_CELLS, 400, replace=False))
+    genes = np.arange(5, 50)
+    options = {"tile_size": 64, "reorder_genes": False, "level": 3, "n_chunks": 2, "progress": False}
+    deltacells.write_deltacells(source[rows, genes], tmp_path / "memory", **options)
+    deltacells.write_deltacells(with_dask_x(source, (300, N_GENES))[rows, genes], tmp_path / "dask", **options)
+    assert_same_files(tmp_path / "dask", tmp_path / "memory")
+
+
+def test_overwrite_swaps_in_the_new_dataset(source, expected, tmp_path):
+    out = tmp_path / "cells.deltacells"
+    deltacells.write_deltacells(source[:10], out, tile_size=TILE_SIZE, progress=False)
+    deltacells.write_deltacells(
+        with_dask_x(source, (300, N_GENES)), out, tile_size=TILE_SIZE, overwrite=True, progress=False
+    )
+    assert_same_files(out, expected)
+
+
+def test_a_value_that_is_no_count_is_named_and_nothing_is_left(source, tmp_path):
+    matrix = sparse.csr_matrix(source.X, dtype=np.float32, copy=True)
+    row = 700
+    matrix.data[matrix.indptr[row]] = 2.5
+    adata = ad.AnnData(X=da.from_array(matrix, chunks=(300, N_GENES), asarray=False), obs=source.obs, var=source.var)
+    out = tmp_path / "bad.deltacells"
+    with pytest.raises(InvalidValueError, match=f"cell {row}"):
+        deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, progress=False)
+    assert not out.exists() or not any(out.iterdir())
+    with pytest.raises(InvalidValueError, match=f"cell {row}"):  # the second pass checks too (no gene totals)
+        deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, reorder_genes=False, progress=False)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_progress_bar_counts_both_passes(source, tmp_path, capsys):
+    deltacells.write_deltacells(with_dask_x(source, (300, N_GENES)), tmp_path / "out", tile_size=TILE_SIZE)
+    err = capsys.readouterr().err
+    assert "gene totals" in err and "tiles" in err and "1.00k/1.00k" in err
+
+
+# ---------------------------------------------------------------------- on a cluster of processes
+
+
+@pytest.mark.parametrize("store", ["h5ad", "zarr"])
+def test_lazy_h5ad_and_zarr_on_a_cluster(source, expected, tmp_path, client, store):
+    """anndata's ``read_lazy`` (X a dask array, obs and var lazy): the workers read, encode and store the tiles."""
+    path = tmp_path / f"cells.{store}"
+    if store == "h5ad":
+        source.write_h5ad(path)
+    else:
+        source.write_zarr(path)
+    lazy = ad.experimental.read_lazy(path)
+    assert isinstance(lazy.X, da.Array)
+    out = tmp_path / "cells.deltacells"
+    deltacells.write_deltacells(lazy, out, tile_size=TILE_SIZE, progress=False)
+    assert_same_files(out, expected)
+
+
+def test_deltacells_blocks_on_a_cluster(expected, tmp_path, client):
+    """A dataset read with chunks= (blocks of whole tiles, read by the workers) written again: the same files."""
+    adata = deltacells.read_deltacells(expected, chunks=3 * TILE_SIZE, cache_dir=tmp_path / "cache")
+    out = tmp_path / "again.deltacells"
+    deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, progress=False)
+    assert_same_files(out, expected)
+
+
+def test_a_worker_error_reaches_the_caller(source, tmp_path, client):
+    matrix = sparse.csr_matrix(source.X, dtype=np.float64, copy=True)
+    matrix.data[matrix.indptr[999]] = -1
+    adata = ad.AnnData(X=da.from_array(matrix, chunks=(128, N_GENES), asarray=False), obs=source.obs, var=source.var)
+    out = tmp_path / "bad.deltacells"
+    with pytest.raises(InvalidValueError, match="cell 999"):
+        deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, progress=False)
+    assert not out.exists() or not any(out.iterdir())
