@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tiles", "obs"),  # side by side: neither imports the other (see SAME_LAYER_FORBIDDEN)
     ("dataset",),
     ("io", "datasets"),  # datasets (synthetic data) may use io, not the other way round
+    ("loader",),  # minibatches for training, from a dataset or an AnnData read by io
     ("validate",),
     ("demo",),
     ("cli",),

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from deltacells.dataset import Dataset, DatasetWriter, open_dataset
     from deltacells.format import Manifest
     from deltacells.io import TiledCSRDataset, read_deltacells, read_obs, restore_gene_order, write_deltacells
+    from deltacells.loader import Batch, CellLoader
     from deltacells.tiles import TileWriter
 
 #: Where each public name lives; its module is imported when the name is first used.
@@ -36,9 +37,13 @@ _LAZY = {
     "read_obs": "deltacells.io",
     "restore_gene_order": "deltacells.io",
     "write_deltacells": "deltacells.io",
+    "Batch": "deltacells.loader",
+    "CellLoader": "deltacells.loader",
 }
 
 __all__ = [
+    "Batch",
+    "CellLoader",
     "Dataset",
     "DatasetWriter",
     "DecodedTile",

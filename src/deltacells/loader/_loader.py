@@ -1,0 +1,454 @@
+"""``CellLoader``: shuffled minibatches of cells straight from the tiles, sharded and resumable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+from scipy import sparse
+
+from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._output import check_output, convert
+from deltacells.loader._plan import EpochPlan, Window, make_blocks
+from deltacells.loader._source import LoaderSource, resolve_source
+
+if TYPE_CHECKING:
+    from deltacells.dataset import Dataset
+
+__all__ = ["Batch", "CellLoader"]
+
+#: Cells per window unless the caller says: this many batches' worth, and at least DEFAULT_MIN_BUFFER.
+DEFAULT_BUFFER_BATCHES = 16
+DEFAULT_MIN_BUFFER = 8192
+
+
+@dataclass
+class Batch:
+    """One minibatch.
+
+    Attributes
+    ----------
+    X
+        The cells' counts, ``len(index) x n_genes``, of the loader's ``output`` type.
+    index
+        ``int64``: the cells' numbers in the dataset (rows of ``read_deltacells(path)``).
+    obs
+        The obs columns asked for, one numpy array per column aligned with the rows: the integer codes of a
+        categorical column (its categories are the loader's ``obs_categories[name]``), the values of others.
+    """
+
+    X: Any
+    index: np.ndarray
+    obs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+class CellLoader:
+    """Shuffled minibatches of cells, read straight from a dataset's tiles.
+
+    No pre-shuffled copy is needed: each epoch, the selected cells are cut into blocks (runs of consecutive
+    cells within a tile), the blocks are put in a random order, consecutive blocks are read together into a
+    window of about ``buffer_size`` cells and shuffled there, and the stream of shuffled cells is cut into
+    batches. Windows are read and decoded ahead of the consumer on background threads. The whole order is
+    drawn from ``(seed, epoch)``: the same in every process, so that ranks and workers share the cells
+    without talking to each other, and a run can resume mid-epoch from :meth:`state_dict`.
+
+    Parameters
+    ----------
+    source
+        A dataset path or fsspec URL, a :class:`~deltacells.Dataset`, or an AnnData from
+        :func:`~deltacells.read_deltacells` (read with its lazy X); a view of one selects its cells and genes.
+    batch_size
+        Cells per batch.
+    shuffle
+        Shuffle (else the cells come in dataset order, in batches of consecutive cells).
+    seed
+        Seed of every random order; with the epoch, it fixes the batches entirely.
+    drop_last
+        Drop the last, short batch; across ranks, every rank then has the same number of batches.
+    cells
+        Cells to load (an index into the source's cells: integers, a boolean mask or a slice); ``None``: all.
+        They are a set: each comes once per epoch, whatever their order or repeats.
+    obs_columns
+        obs columns to give with each batch (``Batch.obs``), read from the local obs cache (copied there
+        when the loader is made); ``()``: none, and obs is never read.
+    output
+        ``"scipy"`` (CSR matrices), ``"numpy"`` (dense arrays), ``"torch"`` (dense tensors) or
+        ``"torch_sparse"`` (sparse CSR tensors); torch is needed only for the last two.
+    dtype
+        dtype of the values.
+    gene_order
+        ``"original"`` (the genes in the order they were written, as ``read_deltacells`` gives them) or
+        ``"stored"`` (by decreasing total counts, as stored: a little cheaper); default: the AnnData's, or
+        ``"original"``.
+    block_size
+        Cells per block (default: the cells of a tile chunk, ``tile_size / n_chunks``). Smaller blocks mix
+        cells from more tiles into each batch, at the cost of reading each tile several times per epoch.
+    buffer_size
+        Cells per window, shuffled together (default: 16 batches, at least 8,192 cells). Larger windows give
+        batches closer to uniform random sampling, for more memory.
+    prefetch
+        Windows read ahead of the consumer (each holds ``buffer_size`` decoded cells).
+    rank, world_size
+        This process's shard and the number of shards (default: from :mod:`torch.distributed` when it is
+        initialised, else 0 and 1). Each rank gets a disjoint share of the cells every epoch.
+    storage_options
+        fsspec options for a path or URL.
+    cache_dir, verify
+        The obs cache, as for :func:`~deltacells.read_deltacells` (default: the AnnData's).
+    threads
+        Threads decoding tiles (default: the usable CPUs).
+
+    Notes
+    -----
+    In a :class:`torch.utils.data.DataLoader` (``batch_size=None``, any ``num_workers``), each worker process
+    takes a contiguous share of the rank's batches, so that together they yield each batch once; the loader
+    pickles to its settings, never to decoded data. :meth:`set_epoch` changes the order, as with torch's
+    ``DistributedSampler``: call it at the start of every epoch.
+
+    Examples
+    --------
+    >>> loader = deltacells.CellLoader("atlas.deltacells", batch_size=256, obs_columns=["cell_type"])  # doctest: +SKIP
+    >>> for epoch in range(3):  # doctest: +SKIP
+    ...     loader.set_epoch(epoch)
+    ...     for batch in loader:
+    ...         train_step(batch.X, batch.obs["cell_type"])
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int = 256,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        cells: Any = None,
+        obs_columns: Sequence[str] = (),
+        output: str = "scipy",
+        dtype: DTypeLike = np.float32,
+        gene_order: str | None = None,
+        block_size: int | None = None,
+        buffer_size: int | None = None,
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        verify: bool = True,
+        threads: int | None = None,
+    ) -> None:
+        self.batch_size = _positive("batch_size", batch_size)
+        check_output(output)
+        self.output = output
+        self.dtype = np.dtype(dtype)
+        self.shuffle = bool(shuffle)
+        self.seed = _non_negative("seed", seed)
+        self.drop_last = bool(drop_last)
+        self.prefetch = _positive("prefetch", prefetch)
+        self._source: LoaderSource = resolve_source(
+            source, cells=cells, gene_order=gene_order, storage_options=storage_options, cache_dir=cache_dir,
+            verify=verify, threads=threads,
+        )  # fmt: skip
+        manifest = self.dataset.manifest
+        default_block = max(1, int(manifest.tile_size) // max(1, int(manifest.n_chunks)))
+        self.block_size = _positive("block_size", default_block if block_size is None else block_size)
+        default_buffer = max(DEFAULT_BUFFER_BATCHES * self.batch_size, DEFAULT_MIN_BUFFER)
+        self.buffer_size = _positive("buffer_size", default_buffer if buffer_size is None else buffer_size)
+        self.rank, self.world_size = _rank_and_world_size(rank, world_size)
+        self.obs_columns = _obs_columns(obs_columns)
+        self._obs_store = self._open_obs() if self.obs_columns else None
+        self._blocks = make_blocks(self._source.tile_bounds(), self.block_size)
+        self.epoch = 0
+        self._batches_done = 0  # in this epoch, by this object's iteration
+        self._resume_at = 0  # where the next iteration starts (set by load_state_dict)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset read, in the gene order of the batches."""
+        return self._source.dataset
+
+    @property
+    def n_cells(self) -> int:
+        """Cells selected (over all ranks)."""
+        return self._source.n_cells
+
+    @property
+    def n_genes(self) -> int:
+        """Columns of each batch's X."""
+        genes = self._source.genes
+        return self.dataset.n_genes if genes is None else int(genes.shape[0])
+
+    @property
+    def obs_categories(self) -> dict[str, tuple[Any, ...]]:
+        """The categories of each categorical obs column asked for (``Batch.obs`` holds their codes)."""
+        if self._obs_store is None:
+            return {}
+        schema = self._obs_store.schema
+        return {
+            name: tuple(schema.column(name).categories or ())
+            for name in self.obs_columns
+            if schema.column(name).kind == "category"
+        }
+
+    def __len__(self) -> int:
+        """Batches this rank gets per epoch."""
+        return self._plan().n_batches
+
+    def __repr__(self) -> str:
+        return (
+            f"CellLoader({self.dataset.store.url!r}, n_cells={self.n_cells}, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, output={self.output!r}, rank={self.rank}/{self.world_size})"
+        )
+
+    # ------------------------------------------------------------------ epochs and state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of epoch ``epoch`` from the next iteration on (and start it from its first batch)."""
+        self.epoch = _non_negative("epoch", epoch)
+        self._batches_done = 0
+        self._resume_at = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is: its epoch and the batches yielded in it, with what identifies its plan.
+
+        Load it into a new loader made with the same arguments (:meth:`load_state_dict`): its next iteration
+        yields exactly the batches that this one had not yet yielded in the epoch, in the same order.
+        """
+        return {"epoch": self.epoch, "batches_done": self._batches_done, "plan": self._plan_digest()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next iteration starts after the batches it had yielded.
+
+        Raises
+        ------
+        ValueError
+            If the state comes from a loader with other cells, batches, seed or sharding.
+        """
+        if not isinstance(state, dict) or not {"epoch", "batches_done", "plan"} <= set(state):
+            msg = "state must be a dict from CellLoader.state_dict() (with epoch, batches_done and plan)"
+            raise InvalidValueError(msg)
+        if state["plan"] != self._plan_digest():
+            msg = (
+                "this state comes from a loader with other settings (cells, batch_size, seed, block_size, "
+                "buffer_size, drop_last, shuffle or rank/world_size): make the loader as before to resume"
+            )
+            raise InvalidValueError(msg)
+        self.epoch = _non_negative("epoch", state["epoch"])
+        done = int(state["batches_done"])
+        if not 0 <= done <= len(self):
+            msg = f"batches_done must be 0 .. {len(self)}, got {done}"
+            raise InvalidValueError(msg)
+        self._batches_done = self._resume_at = done
+
+    # ------------------------------------------------------------------ iterating
+
+    def __iter__(self) -> Iterator[Batch]:
+        plan = self._plan()
+        first, end = self._resume_at, plan.n_batches
+        worker = _torch_worker()
+        if worker is not None:  # a DataLoader worker: a contiguous share of the batches left
+            worker_id, n_workers = worker
+            left = end - first
+            first, end = first + left * worker_id // n_workers, first + left * (worker_id + 1) // n_workers
+        self._resume_at = 0
+        self._batches_done = first
+        for batch in self._batches(plan, first, end):
+            self._batches_done += 1
+            yield batch
+
+    def _batches(self, plan: EpochPlan, first: int, end: int) -> Iterator[Batch]:
+        """Batches ``first .. end - 1`` of ``plan``, windows read ahead on background threads."""
+        if end <= first:
+            return
+        size = self.batch_size
+        stop_cell = min(end * size, plan.n_yielded_cells)
+        windows = plan.windows(first * size)
+        pool = ThreadPoolExecutor(max_workers=min(self.prefetch, len(windows)), thread_name_prefix="deltacells-load")
+        ahead: deque[Future[tuple[Window, sparse.csr_matrix, dict[str, np.ndarray]]]] = deque()
+        todo = iter(windows)
+        try:
+            for span in todo:
+                ahead.append(pool.submit(self._read_window, plan, *span))
+                if len(ahead) >= self.prefetch:
+                    break
+            pending = _Pending()
+            position = first * size  # the stream cell the next batch starts at
+            while ahead:
+                window, matrix, obs = ahead.popleft().result()
+                span = next(todo, None)
+                if span is not None:
+                    ahead.append(pool.submit(self._read_window, plan, *span))
+                cells = self._source.cell_numbers(window.positions)
+                lo = max(position - window.offset, 0)  # cells of a resumed window that were yielded already
+                hi = min(stop_cell - window.offset, cells.shape[0])
+                pending.add(matrix, cells, obs, lo, hi)
+                while pending.n_cells >= size or (not ahead and pending.n_cells):
+                    batch = pending.take(size)
+                    position += len(batch[1])
+                    yield self._finish(*batch)
+        finally:
+            for future in ahead:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _read_window(
+        self, plan: EpochPlan, first_range: int, end_range: int
+    ) -> tuple[Window, sparse.csr_matrix, dict[str, np.ndarray]]:
+        """Read and decode one window's cells, in the order they are yielded, with their obs values."""
+        window = plan.window(first_range, end_range)
+        cells = self._source.cell_numbers(window.positions)
+        matrix = self.dataset.read_rows(cells, dtype=self.dtype)
+        if self._source.genes is not None:
+            matrix = matrix[:, self._source.genes]
+        obs = {}
+        if self._obs_store is not None:
+            for name in self.obs_columns:
+                values = self._obs_store.take(name, cells)
+                obs[name] = np.asarray(values.codes) if hasattr(values, "codes") else np.asarray(values)
+        return window, matrix, obs
+
+    def _finish(self, matrix: sparse.csr_matrix, index: np.ndarray, obs: dict[str, np.ndarray]) -> Batch:
+        return Batch(convert(matrix, self.output), index, obs)
+
+    # ------------------------------------------------------------------ internals
+
+    def _plan(self) -> EpochPlan:
+        return EpochPlan(
+            self._blocks, epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, batch_size=self.batch_size,
+            buffer_size=self.buffer_size, drop_last=self.drop_last, shard=self.rank, n_shards=self.world_size,
+        )  # fmt: skip
+
+    def _plan_digest(self) -> str:
+        """What fixes the batches, apart from the epoch: cells, sizes, seed, sharding."""
+        digest = hashlib.sha256()
+        digest.update(repr((self.dataset.n_cells, self.dataset.manifest.tile_cells.tobytes())).encode())
+        digest.update(b"all" if self._source.cells is None else self._source.cells.tobytes())
+        settings = (self.batch_size, self.seed, self.block_size, self.buffer_size, self.drop_last, self.shuffle)
+        digest.update(repr((*settings, self.rank, self.world_size)).encode())
+        return digest.hexdigest()
+
+    def _open_obs(self) -> Any:
+        from deltacells.obs import ObsStore
+
+        dataset = self.dataset
+        if dataset.manifest.n_obs_shards == 0:
+            msg = f"obs_columns {list(self.obs_columns)} were asked for, but {dataset.store.url} has no obs"
+            raise InvalidValueError(msg)
+        store = ObsStore(dataset.store, dataset.manifest, cache_dir=self._source.cache_dir, verify=self._source.verify)
+        store.localize(self.obs_columns)  # copied into the cache now, not during training
+        return store
+
+
+class _Pending:
+    """Decoded cells waiting to be cut into batches: runs of rows of windows, taken without copying them."""
+
+    def __init__(self) -> None:
+        self._pieces: deque[list[Any]] = deque()  # [matrix, cells, obs, first row, end row]
+        self.n_cells = 0
+
+    def add(self, matrix: sparse.csr_matrix, cells: np.ndarray, obs: dict[str, np.ndarray], lo: int, hi: int) -> None:
+        """Queue rows ``lo .. hi - 1`` of a window."""
+        if hi > lo:
+            self._pieces.append([matrix, cells, obs, lo, hi])
+            self.n_cells += hi - lo
+
+    def take(self, size: int) -> tuple[sparse.csr_matrix, np.ndarray, dict[str, np.ndarray]]:
+        """The first ``size`` cells queued (or all of them): a batch's rows, cell numbers and obs values."""
+        parts = []
+        need = size
+        while self._pieces and need:
+            piece = self._pieces[0]
+            matrix, cells, obs, lo, hi = piece
+            n = min(need, hi - lo)
+            parts.append(
+                (_row_range(matrix, lo, lo + n), cells[lo : lo + n], {k: v[lo : lo + n] for k, v in obs.items()})
+            )
+            need -= n
+            self.n_cells -= n
+            if lo + n == hi:
+                self._pieces.popleft()
+            else:
+                piece[3] = lo + n
+        if len(parts) == 1:
+            return parts[0]
+        matrix = sparse.vstack([part[0] for part in parts], format="csr")
+        cells = np.concatenate([part[1] for part in parts])
+        obs = {k: np.concatenate([part[2][k] for part in parts]) for k in parts[0][2]}
+        return matrix, cells, obs
+
+
+def _row_range(matrix: sparse.csr_matrix, lo: int, hi: int) -> sparse.csr_matrix:
+    """Rows ``lo .. hi - 1`` of a CSR matrix, sharing its arrays (only ``indptr`` is new)."""
+    start, stop = int(matrix.indptr[lo]), int(matrix.indptr[hi])
+    indptr = matrix.indptr[lo : hi + 1] - start
+    return sparse.csr_matrix(
+        (matrix.data[start:stop], matrix.indices[start:stop], indptr), shape=(hi - lo, matrix.shape[1])
+    )
+
+
+def _torch_worker() -> tuple[int, int] | None:
+    """``(id, num_workers)`` inside a torch DataLoader worker process, else ``None`` (torch is never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    info = torch.utils.data.get_worker_info()
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
+def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """The shard of this process: as given, else torch.distributed's when initialised, else ``(0, 1)``."""
+    if rank is None and world_size is None:
+        torch = sys.modules.get("torch")
+        distributed = getattr(torch, "distributed", None) if torch is not None else None
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            return int(distributed.get_rank()), int(distributed.get_world_size())
+        return 0, 1
+    if rank is None or world_size is None:
+        msg = "pass both rank and world_size, or neither (then torch.distributed's, if initialised, are used)"
+        raise InvalidValueError(msg)
+    world_size = _positive("world_size", world_size)
+    rank = _non_negative("rank", rank)
+    if rank >= world_size:
+        msg = f"rank must be 0 .. world_size - 1 ({world_size - 1}), got {rank}"
+        raise InvalidValueError(msg)
+    return rank, world_size
+
+
+def _obs_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(columns, str):
+        msg = f"obs_columns must be a list of column names, not the string {columns!r}"
+        raise InvalidTypeError(msg)
+    return tuple(columns)
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        msg = f"{name} must be a positive int, got {value!r}"
+        raise InvalidTypeError(msg)
+    if value < 1:
+        msg = f"{name} must be at least 1, got {value}"
+        raise InvalidValueError(msg)
+    return int(value)
+
+
+def _non_negative(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        msg = f"{name} must be a non-negative int, got {value!r}"
+        raise InvalidTypeError(msg)
+    if value < 0:
+        msg = f"{name} must be 0 or more, got {value}"
+        raise InvalidValueError(msg)
+    return int(value)

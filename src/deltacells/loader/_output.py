@@ -1,0 +1,54 @@
+"""What a batch's X is made into: scipy CSR, dense numpy, or torch tensors (sparse CSR or dense)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from deltacells.errors import InvalidValueError
+
+__all__ = ["OUTPUTS", "check_output", "convert"]
+
+#: The values of ``output=``: what each gives.
+OUTPUTS = {
+    "scipy": "scipy.sparse.csr_matrix",
+    "numpy": "dense numpy.ndarray",
+    "torch": "dense torch.Tensor",
+    "torch_sparse": "torch.Tensor in sparse CSR layout",
+}
+
+
+def check_output(output: str) -> None:
+    """Raise for an unknown ``output``, or a torch output without torch installed."""
+    if output not in OUTPUTS:
+        msg = f"output must be one of {', '.join(map(repr, OUTPUTS))}; got {output!r}"
+        raise InvalidValueError(msg)
+    if output.startswith("torch"):
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            msg = (
+                f"output={output!r} needs torch, which is not installed: pip install torch "
+                "(for a CPU-only build, torch's CPU wheel index), or use output='scipy' or 'numpy'"
+            )
+            raise ImportError(msg) from exc
+
+
+def convert(matrix: sparse.csr_matrix, output: str) -> Any:
+    """``matrix`` (a batch's rows) as ``output`` asks."""
+    if output == "scipy":
+        return matrix
+    if output == "numpy":
+        return matrix.toarray()
+    import torch
+
+    if output == "torch":
+        return torch.from_numpy(matrix.toarray())
+    return torch.sparse_csr_tensor(
+        torch.from_numpy(np.asarray(matrix.indptr, dtype=np.int64)),
+        torch.from_numpy(np.asarray(matrix.indices, dtype=np.int64)),
+        torch.from_numpy(matrix.data),
+        size=matrix.shape,
+    )

@@ -1,0 +1,183 @@
+"""An epoch's plan: which cells each batch of each shard holds, computed from the seed and epoch alone.
+
+No data is read to make a plan, and the plan is the same in every process, which is what makes the loader
+deterministic, shardable and resumable:
+
+1. **Blocks.** The selected cells are cut into blocks: runs of at most ``block_size`` consecutive selected
+   cells within one tile (so that a block decodes from one tile, often from one of its chunks).
+2. **Epoch order.** The blocks are put in a random order drawn from ``(seed, epoch)`` (or kept in order
+   without shuffling), and the resulting stream of cells is cut into ``world_size`` shards of equal numbers of
+   cells (a block on a boundary is split); rank ``r`` takes shard ``r``.
+3. **Windows.** Within a shard, consecutive blocks are grouped into windows of about ``buffer_size`` cells;
+   the cells of a window are shuffled together (read at once, they mix cells of many tiles).
+4. **Batches.** The shard's stream of shuffled cells is cut into batches of ``batch_size`` (a batch may
+   span two windows); the last one is short, or dropped with ``drop_last``, which also makes every
+   rank's number of batches the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["Blocks", "EpochPlan", "Window", "make_blocks"]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Runs of selected cells, each within one tile: positions ``[starts[i], stops[i])`` in the selection."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Cells in each block."""
+        return self.stops - self.starts
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0])
+
+
+def make_blocks(tile_bounds: np.ndarray, block_size: int) -> Blocks:
+    """Cut each tile's run of selected cells into blocks of at most ``block_size``.
+
+    Parameters
+    ----------
+    tile_bounds
+        ``int64[n_tiles + 1]``: tile ``t``'s selected cells are positions ``tile_bounds[t] .. tile_bounds[t + 1]``
+        of the selection (for a selection of all cells, the tiles' first cells and the number of cells).
+    block_size
+        The most cells in a block (at least 1).
+    """
+    lo = np.asarray(tile_bounds[:-1], dtype=np.int64)
+    hi = np.asarray(tile_bounds[1:], dtype=np.int64)
+    per_tile = -(-(hi - lo) // block_size)  # ceil; 0 for a tile with no selected cell
+    tile = np.repeat(np.arange(lo.shape[0]), per_tile)
+    first_block = np.cumsum(per_tile) - per_tile
+    within = np.arange(tile.shape[0], dtype=np.int64) - np.repeat(first_block, per_tile)
+    starts = lo[tile] + within * block_size
+    return Blocks(starts, np.minimum(starts + block_size, hi[tile]))
+
+
+@dataclass(frozen=True)
+class Window:
+    """Cells read at once and shuffled together: selection positions, and where they start in the shard."""
+
+    positions: np.ndarray
+    offset: int
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The batches of one shard in one epoch (see the module's description).
+
+    Parameters
+    ----------
+    blocks
+        The selection's blocks, in selection order.
+    epoch, seed
+        What the random orders are drawn from.
+    shuffle
+        Shuffle blocks and the cells within each window (else every cell comes in selection order).
+    batch_size, buffer_size
+        Cells per batch; cells per window (about: whole blocks).
+    drop_last
+        Drop each shard's last, short batch, and give every shard the same number of batches.
+    shard, n_shards
+        Which shard this plan is for, and how many there are.
+    """
+
+    blocks: Blocks
+    epoch: int
+    seed: int
+    shuffle: bool
+    batch_size: int
+    buffer_size: int
+    drop_last: bool
+    shard: int
+    n_shards: int
+
+    @cached_property
+    def _ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of selection positions of this shard, in stream order (blocks cut at the shard's edges)."""
+        lengths = self.blocks.lengths
+        order = self._rng(0).permutation(len(self.blocks)) if self.shuffle else np.arange(len(self.blocks))
+        starts, stops = self.blocks.starts[order], self.blocks.stops[order]
+        ends = np.cumsum(lengths[order])
+        total = int(ends[-1]) if ends.shape[0] else 0
+        lo, hi = total * self.shard // self.n_shards, total * (self.shard + 1) // self.n_shards
+        first = int(np.searchsorted(ends, lo, side="right"))
+        last = int(np.searchsorted(ends, hi, side="left")) + 1 if hi > lo else first
+        starts, stops, ends = starts[first:last].copy(), stops[first:last].copy(), ends[first:last]
+        if starts.shape[0]:
+            starts[0] += lo - (ends[0] - (stops[0] - starts[0]))  # cut the first block at the shard's start
+            stops[-1] -= ends[-1] - hi  # and the last at its end
+        return starts, stops
+
+    @property
+    def n_cells(self) -> int:
+        """Cells in this shard."""
+        starts, stops = self._ranges
+        return int((stops - starts).sum())
+
+    @property
+    def n_batches(self) -> int:
+        """Batches this shard yields."""
+        if self.drop_last:
+            total = int(self.blocks.lengths.sum())
+            return (total // self.n_shards) // self.batch_size  # the smallest shard's full batches
+        return -(-self.n_cells // self.batch_size)
+
+    @property
+    def n_yielded_cells(self) -> int:
+        """Cells in this shard's batches (fewer than :attr:`n_cells` with ``drop_last``)."""
+        return min(self.n_cells, self.n_batches * self.batch_size)
+
+    @cached_property
+    def _window_of_range(self) -> np.ndarray:
+        """The window of each range: ranges whose first cell falls in the same ``buffer_size`` of the stream."""
+        starts, stops = self._ranges
+        offsets = np.cumsum(stops - starts) - (stops - starts)
+        return offsets // self.buffer_size
+
+    def windows(self, first_cell: int = 0) -> list[tuple[int, int]]:
+        """The windows holding stream cells ``first_cell ..`` of the batches: ``(first range, end range)`` each."""
+        starts, stops = self._ranges
+        if not starts.shape[0]:
+            return []
+        window = self._window_of_range
+        bounds = np.flatnonzero(np.diff(window)) + 1
+        edges = np.concatenate(([0], bounds, [starts.shape[0]]))
+        lengths = stops - starts
+        cell_edges = np.concatenate(([0], np.cumsum(lengths)[edges[1:] - 1]))
+        wanted = self.n_yielded_cells
+        keep = (cell_edges[1:] > first_cell) & (cell_edges[:-1] < wanted)
+        return [(int(edges[i]), int(edges[i + 1])) for i in np.flatnonzero(keep)]
+
+    def window(self, first_range: int, end_range: int) -> Window:
+        """The selection positions of a window, in the order they are yielded (shuffled with ``shuffle``)."""
+        starts, stops = self._ranges
+        lengths = stops[first_range:end_range] - starts[first_range:end_range]
+        offset = int((stops[:first_range] - starts[:first_range]).sum())
+        positions = np.repeat(starts[first_range:end_range] - np.cumsum(lengths) + lengths, lengths) + np.arange(
+            int(lengths.sum()), dtype=np.int64
+        )
+        if self.shuffle:
+            positions = positions[self._rng(1, int(self._window_of_range[first_range])).permutation(positions.shape[0])]
+        return Window(positions, offset)
+
+    def _rng(self, *stream: int) -> np.random.Generator:
+        """A generator drawn from the seed, the epoch and ``stream`` (the same in every process).
+
+        Stream ``(0,)`` orders the blocks (the same for every shard); ``(1, window)`` shuffles one of this
+        shard's windows.
+        """
+        parts = (
+            (self.seed, self.epoch, *stream)
+            if stream == (0,)
+            else (self.seed, self.epoch, *stream, self.shard, self.n_shards)
+        )
+        return np.random.default_rng(parts)

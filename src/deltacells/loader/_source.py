@@ -1,0 +1,133 @@
+"""What a loader reads: the dataset, its gene order, the cells selected, and where obs comes from."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deltacells.dataset import Dataset, open_dataset
+from deltacells.dataset._indexing import normalize_rows
+from deltacells.errors import InvalidTypeError
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+__all__ = ["LoaderSource", "resolve_source"]
+
+
+@dataclass
+class LoaderSource:
+    """A dataset in the gene order asked for, the cells selected (sorted, or ``None``: all) and obs settings.
+
+    Attributes
+    ----------
+    dataset
+        The dataset, its columns in the order the batches give.
+    cells
+        Selected cell numbers, sorted and unique; ``None`` for every cell.
+    genes
+        Columns to keep, in order (a view's genes); ``None`` for all.
+    cache_dir, verify
+        Where obs is cached, and whether its shards are checked.
+    """
+
+    dataset: Dataset
+    cells: np.ndarray | None
+    genes: np.ndarray | None
+    cache_dir: Any
+    verify: bool
+
+    @property
+    def n_cells(self) -> int:
+        """Cells selected."""
+        return self.dataset.n_cells if self.cells is None else int(self.cells.shape[0])
+
+    def tile_bounds(self) -> np.ndarray:
+        """``int64[n_tiles + 1]``: where each tile's selected cells start among the selected cells."""
+        manifest = self.dataset.manifest
+        edges = np.append(manifest.starts, manifest.n_cells).astype(np.int64)
+        return edges if self.cells is None else np.searchsorted(self.cells, edges).astype(np.int64)
+
+    def cell_numbers(self, positions: np.ndarray) -> np.ndarray:
+        """The cell numbers of selection ``positions``."""
+        return positions if self.cells is None else self.cells[positions]
+
+
+def resolve_source(
+    source: Any,
+    *,
+    cells: Any,
+    gene_order: str | None,
+    storage_options: dict[str, Any] | None,
+    cache_dir: Any,
+    verify: bool,
+    threads: int | None,
+) -> LoaderSource:
+    """The dataset and cells a loader reads from ``source`` (a path or URL, a :class:`Dataset`, or an AnnData).
+
+    Raises
+    ------
+    TypeError
+        For another kind of source, or an AnnData that :func:`deltacells.read_deltacells` did not give.
+    """
+    import anndata as ad
+
+    genes = None
+    rows: Any = slice(None)
+    if isinstance(source, ad.AnnData):
+        dataset, rows, genes, settings = _from_anndata(source)
+        cache_dir = cache_dir if cache_dir is not None else settings.get("cache_dir")
+        gene_order = gene_order or settings.get("columns")
+    elif isinstance(source, Dataset):
+        dataset = source
+    elif isinstance(source, (str, os.PathLike)):
+        dataset = open_dataset(source, storage_options=storage_options, threads=threads)
+    else:
+        msg = (
+            "source must be a dataset path or URL, a deltacells Dataset, or an AnnData from read_deltacells; "
+            f"got {type(source).__name__}"
+        )
+        raise InvalidTypeError(msg)
+    dataset = dataset.with_gene_order(gene_order or "original")
+    selected = _select(dataset.n_cells, rows, cells)
+    return LoaderSource(dataset, selected, genes, cache_dir, verify)
+
+
+def _from_anndata(adata: ad.AnnData) -> tuple[Dataset, Any, np.ndarray | None, dict[str, Any]]:
+    """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows and genes."""
+    from deltacells.io import TiledCSRDataset
+    from deltacells.io._read import UNS_KEY
+    from deltacells.io._read import _dataset_of as dataset_of
+    from deltacells.io._sources import view_parts
+
+    ref, rows, cols = view_parts(adata)
+    if not isinstance(ref.X, TiledCSRDataset):
+        msg = (
+            "a CellLoader reads an AnnData from read_deltacells with its lazy X (chunks=None); this one's X is "
+            f"a {type(ref.X).__name__}: pass the dataset's path instead"
+        )
+        raise InvalidTypeError(msg)
+    dataset = dataset_of(ref)
+    genes = None
+    if not (isinstance(cols, slice) and cols == slice(None)):
+        genes = np.arange(ref.n_vars)[cols]
+        if np.array_equal(genes, np.arange(ref.n_vars)):
+            genes = None
+    return dataset, rows, genes, dict(ref.uns.get(UNS_KEY, {}))
+
+
+def _select(n_cells: int, rows: Any, cells: Any) -> np.ndarray | None:
+    """The sorted, unique cell numbers of ``rows`` (a view's) then ``cells`` (among them); ``None`` for all."""
+    picked = normalize_rows(rows, n_cells, what="cell")
+    if cells is not None:
+        base = np.arange(picked.start, picked.stop) if isinstance(picked, slice) else picked
+        chosen = normalize_rows(cells, base.shape[0], what="cell")
+        picked = base[chosen]
+    if isinstance(picked, slice):
+        if picked == slice(0, n_cells, 1):
+            return None
+        return np.arange(picked.start, picked.stop, dtype=np.int64)
+    return np.unique(np.asarray(picked, dtype=np.int64))
