@@ -19,8 +19,9 @@ The rule (:func:`ranged_read_pays`, with the cache test of
 * for at least one wanted cell, of a tile cut in more than one chunk (``min(n_chunks, n_cells) > 1``);
 * when the cache does not hold the wanted cells already (a cached tile costs nothing);
 * when the bytes expected to move are at most :data:`RANGED_MAX_SHARE` of the tile: the prefix, plus the
-  tile's size times the expected share of chunks that ``n_rows`` cells spread at random touch,
-  ``1 - (1 - 1 / n_chunks) ** n_rows``.
+  tile's size times the expected share of chunks the wanted cells touch: ``1 - (1 - 1 / n_chunks) ** n_rows``
+  for ``n_rows`` cells spread at random, less for runs of consecutive cells (a training loader's blocks:
+  about their length in chunks, plus one per run).
 
 Otherwise the tile is fetched whole; it is checked whole (its CRC-32 included), and still only the chunks
 holding the wanted cells are decoded (:meth:`~deltacells.tiles.TileReader.get`). The threshold weighs what
@@ -80,7 +81,9 @@ class HeaderCounts(NamedTuple):
     n_genes: int
 
 
-def ranged_read_pays(store: BaseStore, manifest: Manifest, tile: int, n_rows: int) -> bool:
+def ranged_read_pays(
+    store: BaseStore, manifest: Manifest, tile: int, n_rows: int, *, cells: np.ndarray | None = None
+) -> bool:
     """Whether ``n_rows`` cells of ``tile`` are better read in ranges than whole (the cache aside).
 
     Parameters
@@ -93,13 +96,19 @@ def ranged_read_pays(store: BaseStore, manifest: Manifest, tile: int, n_rows: in
         The tile number.
     n_rows
         How many of its cells are wanted.
+    cells
+        The tile-local cells wanted, when known: runs of consecutive cells touch fewer chunks than as many
+        cells spread at random.
 
     Returns
     -------
     bool
         True on remote storage, for ``n_rows > 0`` cells of a tile of more than one chunk, when the prefix
-        plus the expected share of the chunks those cells touch (spread at random) is at most
-        :data:`RANGED_MAX_SHARE` of the tile's bytes.
+        plus the expected share of the chunks those cells touch is at most :data:`RANGED_MAX_SHARE` of the
+        tile's bytes. The share is the smaller of two estimates: for cells spread at random,
+        ``1 - (1 - 1 / n_chunks) ** n_rows``; for ``cells`` in ``r`` runs of consecutive cells,
+        ``(n_rows / cells_per_chunk + r) / n_chunks`` (each run covers its length in chunks, plus one it
+        straddles).
     """
     if store.is_local or n_rows <= 0:
         return False
@@ -111,6 +120,10 @@ def ranged_read_pays(store: BaseStore, manifest: Manifest, tile: int, n_rows: in
 
     size = int(manifest.tile_bytes[tile])
     touched = 1.0 - (1.0 - 1.0 / n_chunks) ** n_rows  # expected share of the chunks
+    if cells is not None and len(cells) == n_rows:
+        ordered = np.sort(np.asarray(cells, dtype=np.int64))
+        runs = 1 + int(np.count_nonzero(np.diff(ordered) != 1))
+        touched = min(touched, (n_rows * n_chunks / n_cells + runs) / n_chunks)
     return prefix_size(n_cells, n_chunks) + touched * size <= RANGED_MAX_SHARE * size
 
 

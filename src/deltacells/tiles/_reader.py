@@ -361,12 +361,12 @@ class TileReader:
 
         Only on remote storage, when the cache does not hold those ``cells`` (without them: when it does
         not hold the whole tile), and when the expected bytes (the prefix of header, chunk table and
-        indptr, plus the chunks that ``n_rows`` cells spread at random would touch) are at most
+        indptr, plus the chunks that the cells would touch: spread at random, or in runs) are at most
         ``RANGED_MAX_SHARE`` of the tile (``deltacells.tiles._ranged.ranged_read_pays``). Ranged
         reads cost a second round trip (prefix, then frames) and cannot check the tile's CRC-32, which
         covers the whole object; every other rule is checked for what is read.
         """
-        if not ranged_read_pays(self.store, self.manifest, tile, n_rows):
+        if not ranged_read_pays(self.store, self.manifest, tile, n_rows, cells=cells):
             return False
         with self._guard():
             return self._held(tile, cells) is None

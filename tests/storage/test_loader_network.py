@@ -1,0 +1,308 @@
+"""``CellLoader`` on a dataset in an S3 bucket (moto): the batches, the requests of an epoch, resuming.
+
+Datasets are written to the server directly; the loaders read them by URL with ``storage_options``, through the
+:class:`~tests.servers.proxy.RecordingProxy` when requests are counted. The proxy's latency only makes
+concurrency observable: the tests assert request counts, ranges and overlap, never durations.
+
+Here a tile of 200 cells has 4 chunks, so the default block is 50 cells; a window is 400 cells, exactly 4
+batches of 100 (blocks of 50 or 200 cells fill windows exactly), so the cells of window ``w`` are those of
+batches ``4w .. 4w + 3``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anndata as ad
+import numpy as np
+import pytest
+from scipy import sparse
+
+import deltacells
+from deltacells import Batch, CellLoader
+from deltacells.datasets import synthetic_counts
+
+if TYPE_CHECKING:
+    from tests.servers import ProxiedS3Bucket, S3Bucket
+    from tests.servers.proxy import Record
+
+pytestmark = pytest.mark.timeout(120)
+
+N_CELLS, N_GENES, TILE_SIZE, N_CHUNKS = 2000, 40, 200, 4
+N_TILES = N_CELLS // TILE_SIZE  # 10
+BATCH, BUFFER = 100, 400
+BATCHES_PER_WINDOW = BUFFER // BATCH  # 4
+N_BATCHES = N_CELLS // BATCH  # 20
+LATENCY = 0.05
+
+
+@pytest.fixture(autouse=True)
+def _no_default_cache(no_default_cache: None) -> None:
+    """Every loader here must be given ``cache_dir=``."""
+
+
+@pytest.fixture(scope="module")
+def source() -> ad.AnnData:
+    return synthetic_counts(N_CELLS, N_GENES, seed=7)
+
+
+def _write(source: ad.AnnData, url: str, storage_options: dict[str, Any]) -> str:
+    deltacells.write_deltacells(
+        source, url, storage_options=storage_options, tile_size=TILE_SIZE, n_chunks=N_CHUNKS, progress=False
+    )
+    return url
+
+
+@pytest.fixture
+def bucket_dataset(s3_bucket: S3Bucket, source: ad.AnnData) -> str:
+    """``source`` in a fresh bucket; its URL."""
+    return _write(source, f"{s3_bucket.url}/ds", s3_bucket.storage_options)
+
+
+@pytest.fixture
+def proxied_dataset(s3_proxy: ProxiedS3Bucket, source: ad.AnnData) -> str:
+    """``source`` written to the server directly (the proxy's log stays empty); its URL."""
+    url = _write(source, f"{s3_proxy.url}/ds", s3_proxy.direct_storage_options)
+    s3_proxy.proxy.reset()
+    return url
+
+
+def _rows(source: ad.AnnData, index: np.ndarray) -> np.ndarray:
+    return np.asarray(sparse.csr_matrix(source.X)[index].toarray(), dtype=np.float32)
+
+
+def _indices(batches: list[Batch]) -> list[list[int]]:
+    return [batch.index.tolist() for batch in batches]
+
+
+def _tile_number(record: Record) -> int:
+    return int(record.path.rsplit("tile_", 1)[1].split(".")[0])
+
+
+def _tile_gets(records: list[Record]) -> Counter[int]:
+    """GETs per tile number."""
+    return Counter(_tile_number(record) for record in records if "/tiles/" in record.path)
+
+
+def _windows_per_tile(batches: list[Batch]) -> Counter[int]:
+    """How many windows hold cells of each tile (a window is ``BATCHES_PER_WINDOW`` consecutive batches)."""
+    counts: Counter[int] = Counter()
+    for first in range(0, len(batches), BATCHES_PER_WINDOW):
+        cells = np.concatenate([b.index for b in batches[first : first + BATCHES_PER_WINDOW]])
+        counts.update(np.unique(cells // TILE_SIZE).tolist())
+    return counts
+
+
+def _epoch_requests(
+    s3_proxy: ProxiedS3Bucket, load: CellLoader, epoch: int, latency: float = LATENCY
+) -> tuple[list[Batch], list[Record]]:
+    """The batches of ``epoch`` and the requests they made, with ``latency`` per request."""
+    proxy = s3_proxy.proxy
+    proxy.reset()
+    proxy.latency = latency
+    load.set_epoch(epoch)
+    batches = list(load)
+    return batches, proxy.requests()
+
+
+def _assert_whole_tile_gets(load: CellLoader, records: list[Record]) -> None:
+    """Every request is a GET of a whole tile object (no HEAD, no LIST, no ranged read of part of a tile)."""
+    tile_bytes = np.asarray(load.dataset.manifest.tile_bytes)
+    for record in records:
+        assert record.method == "GET" and "/tiles/tile_" in record.path and "list-type" not in record.query, record
+        assert record.status in (200, 206), record
+        tile = _tile_number(record)
+        assert record.range is not None and record.range.startswith("bytes=0-"), record
+        assert record.bytes == tile_bytes[tile], record
+    assert load.dataset._tiles.tiles_read_ranged == 0
+
+
+# ---------------------------------------------------------------------- the batches
+
+
+def test_an_epoch_from_the_bucket_holds_every_cell_once(
+    s3_bucket: S3Bucket, bucket_dataset: str, source: ad.AnnData, tmp_path: Path
+) -> None:
+    load = CellLoader(
+        bucket_dataset, batch_size=BATCH, buffer_size=BUFFER, obs_columns=["cell_type", "total_counts"],
+        storage_options=s3_bucket.storage_options, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    batches = list(load)
+    assert len(batches) == len(load) == N_BATCHES
+    seen = np.concatenate([b.index for b in batches])
+    np.testing.assert_array_equal(np.sort(seen), np.arange(N_CELLS))  # every cell once
+    assert not np.array_equal(seen, np.arange(N_CELLS))  # shuffled
+    categories = np.asarray(load.obs_categories["cell_type"], dtype=object)
+    for batch in batches:
+        assert isinstance(batch.X, sparse.csr_matrix) and batch.X.shape == (len(batch), N_GENES)
+        np.testing.assert_array_equal(batch.X.toarray(), _rows(source, batch.index))
+        obs = source.obs.iloc[batch.index]
+        np.testing.assert_array_equal(categories[batch.obs["cell_type"]], obs["cell_type"].to_numpy())
+        np.testing.assert_array_equal(batch.obs["total_counts"], obs["total_counts"].to_numpy())
+    # the plan depends on the cells and settings only: the same batches as from a copy on disk
+    local = _write(source, str(tmp_path / "local.deltacells"), {})
+    on_disk = CellLoader(local, batch_size=BATCH, buffer_size=BUFFER, cache_dir=tmp_path / "cache")
+    assert _indices(list(on_disk)) == _indices(batches)
+    load.set_epoch(1)
+    second = list(load)
+    assert _indices(second) != _indices(batches)
+    np.testing.assert_array_equal(np.sort(np.concatenate([b.index for b in second])), np.arange(N_CELLS))
+
+
+# ---------------------------------------------------------------------- the requests of an epoch
+
+
+def test_an_epoch_of_whole_tile_blocks_gets_each_tile_once(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
+) -> None:
+    load = CellLoader(
+        proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, block_size=TILE_SIZE,
+        storage_options=s3_proxy.storage_options, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    # making the loader reads the manifest and the gene order (no obs asked for), no tile
+    opened = Counter(record.path.split("/ds/", 1)[1] for record in s3_proxy.proxy.requests())
+    assert opened == Counter({"manifest.json": 1, "gene_order.npy": 1})
+    batches, records = _epoch_requests(s3_proxy, load, 0)
+    assert len(batches) == N_BATCHES
+    # observed: 10 GETs, one whole-object read per tile; max_in_flight 4 (2 tiles a window, 2 windows ahead)
+    _assert_whole_tile_gets(load, records)
+    assert _tile_gets(records) == Counter(dict.fromkeys(range(N_TILES), 1))
+    assert s3_proxy.proxy.max_in_flight > 1
+    assert load.dataset.tiles_decoded == N_TILES
+    # the next epoch: every tile is in the tile cache (the dataset fits in its default 256 MiB): no request
+    batches, records = _epoch_requests(s3_proxy, load, 1)
+    assert len(batches) == N_BATCHES
+    assert records == []
+
+
+def test_an_epoch_of_default_blocks_gets_a_tile_at_most_once_per_window(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
+) -> None:
+    """Blocks of one chunk's worth of cells: each window reads its tiles whole, and decodes only their chunks wanted.
+
+    A tile whose blocks fall in several windows is fetched whole again by each window that needs a chunk not
+    yet decoded: more than one GET per tile per epoch (up to the tile's number of blocks, ``N_CHUNKS``). The
+    decoded chunks stay in the tile cache: each chunk is decoded once per epoch, and a later epoch whose tiles
+    all fit in the cache makes no request.
+    """
+    load = CellLoader(
+        proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, storage_options=s3_proxy.storage_options,
+        cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert load.block_size == TILE_SIZE // N_CHUNKS
+    batches, records = _epoch_requests(s3_proxy, load, 0)
+    assert len(batches) == N_BATCHES
+    # observed: 27 GETs for 10 tiles (2-3 per tile; 30 (window, tile) pairs, a window holding cells of 6 tiles),
+    # 2.7 times the tiles' bytes; 0 ranged reads (50 cells of a tile are expected to touch every chunk, so a
+    # ranged read never pays); max_in_flight 12
+    _assert_whole_tile_gets(load, records)
+    per_tile = _tile_gets(records)
+    windows = _windows_per_tile(batches)
+    assert set(per_tile) == set(range(N_TILES))
+    assert all(1 <= per_tile[t] <= windows[t] <= N_CHUNKS for t in range(N_TILES)), (per_tile, windows)
+    assert s3_proxy.proxy.max_in_flight > 1
+    assert load.dataset.chunks_decoded == N_TILES * N_CHUNKS  # no chunk decoded twice
+    batches, records = _epoch_requests(s3_proxy, load, 1)
+    assert len(batches) == N_BATCHES
+    assert records == []
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_windows_are_read_ahead(s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path, prefetch: int) -> None:
+    """One tile per window: requests overlap only when windows are read ahead, ``prefetch`` of them at once."""
+    load = CellLoader(
+        proxied_dataset, batch_size=BATCH, buffer_size=TILE_SIZE, block_size=TILE_SIZE, prefetch=prefetch,
+        storage_options=s3_proxy.storage_options, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    _, records = _epoch_requests(s3_proxy, load, 0, latency=2 * LATENCY)
+    assert _tile_gets(records) == Counter(dict.fromkeys(range(N_TILES), 1))
+    # observed: max_in_flight == prefetch (at most prefetch is certain: a window here is one request)
+    assert s3_proxy.proxy.max_in_flight == prefetch
+
+
+# ---------------------------------------------------------------------- resuming
+
+
+def test_resume_from_a_state_dict_gives_the_remaining_batches(
+    s3_bucket: S3Bucket, bucket_dataset: str, source: ad.AnnData, tmp_path: Path
+) -> None:
+    def make() -> CellLoader:
+        return CellLoader(
+            bucket_dataset, batch_size=BATCH, buffer_size=BUFFER, seed=3, obs_columns=["donor"],
+            storage_options=s3_bucket.storage_options, cache_dir=tmp_path / "cache",
+        )  # fmt: skip
+
+    load = make()
+    load.set_epoch(2)
+    full = list(load)
+    interrupted = iter(load)
+    for _ in range(6):  # mid-window: window 1 holds batches 4 .. 7
+        next(interrupted)
+    state = json.loads(json.dumps(load.state_dict()))  # saved with a checkpoint
+    interrupted.close()
+    assert state["epoch"] == 2 and state["batches_done"] == 6
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert _indices(rest) == _indices(full[6:])
+    for batch, expected in zip(rest, full[6:], strict=True):
+        np.testing.assert_array_equal(batch.X.toarray(), _rows(source, batch.index))
+        np.testing.assert_array_equal(batch.obs["donor"], expected.obs["donor"])
+
+
+def test_a_resumed_loader_reads_only_the_windows_left(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
+) -> None:
+    def make() -> CellLoader:
+        return CellLoader(
+            proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, block_size=TILE_SIZE, seed=5,
+            storage_options=s3_proxy.storage_options, cache_dir=tmp_path / "cache",
+        )  # fmt: skip
+
+    load = make()
+    full = list(load)
+    done = 6  # window 0 (batches 0 .. 3) and part of window 1 (4 .. 7)
+    interrupted = iter(load)
+    for _ in range(done):
+        next(interrupted)
+    state = load.state_dict()
+    interrupted.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    s3_proxy.proxy.reset()
+    s3_proxy.proxy.latency = LATENCY
+    rest = list(resumed)
+    records = s3_proxy.proxy.requests()
+    assert _indices(rest) == _indices(full[done:])
+    # whole-tile blocks: a window is two tiles; windows 1 .. 4 are read, each tile of them once, window 0's not
+    first_window = done // BATCHES_PER_WINDOW
+    wanted = np.unique(np.concatenate([b.index for b in full[first_window * BATCHES_PER_WINDOW :]]) // TILE_SIZE)
+    assert _tile_gets(records) == Counter(dict.fromkeys(wanted.tolist(), 1))
+    assert len(wanted) == N_TILES - 2
+
+
+def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp_path: Path) -> None:
+    """Tiles large enough that a block's chunks are a small part of them: a window holding one block of a tile
+    reads the tile's prefix and the frames of the block's chunks (about two: chunks are cut by nonzeros, blocks
+    by cells), not the whole tile; an epoch moves about twice the dataset's bytes, not once per block (8x)."""
+    source = synthetic_counts(4096, 600, seed=5)
+    url = f"{s3_proxy.url}/large"
+    deltacells.write_deltacells(
+        source, url, storage_options=s3_proxy.direct_storage_options, tile_size=1024, n_chunks=8, progress=False
+    )
+    load = CellLoader(url, batch_size=128, buffer_size=256, storage_options=s3_proxy.storage_options)
+    assert load.block_size == 128
+    batches, records = _epoch_requests(s3_proxy, load, 0)
+    seen = np.concatenate([b.index for b in batches])
+    np.testing.assert_array_equal(np.sort(seen), np.arange(4096))
+    for batch in batches[:3]:
+        np.testing.assert_array_equal(batch.X.toarray(), _rows(source, batch.index))
+    tiles = [r for r in records if "/tiles/" in r.path]
+    moved = sum(r.bytes for r in tiles)
+    stored = int(load.dataset.manifest.tile_bytes.sum())
+    assert load.dataset._tiles.tiles_read_ranged > 0
+    assert any(r.range is not None and not r.range.startswith("bytes=0-") for r in tiles)  # frames, not whole
+    assert moved < 3 * stored, (moved, stored)  # whole tiles, once per block: 8 times the bytes
