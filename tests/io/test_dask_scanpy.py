@@ -1,7 +1,8 @@
 """scanpy's preprocessing on ``read_deltacells(path, chunks="tiles")``: X a dask array of CSR blocks.
 
 Each call runs once on the dask X and once on the same AnnData in memory; the results (obs and var columns,
-X once computed, the PCA) must agree. docs/user-guide/reading.md, "scanpy on a dask X", lists what is pinned here.
+X once computed, the PCA) must agree; so must the rest of the pipeline (neighbors, umap, leiden) after the PCA.
+docs/user-guide/reading.md, "scanpy on a dask X", lists what is pinned here. Last, ``read_obs`` on such an AnnData.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from scipy import sparse
 
 import deltacells
 from deltacells.datasets import synthetic_counts
+from deltacells.errors import InvalidValueError
 
 da = pytest.importorskip("dask.array")
 sc = pytest.importorskip("scanpy")
@@ -148,6 +150,193 @@ def test_scanpy_call_on_dask_x(path, tmp_path, call, sparse_array):
         )
 
 
+# ---------------------------------------------------------------------- neighbors, umap, leiden
+
+PIPELINE_CELLS, PIPELINE_GENES, PIPELINE_TILE = 400, 300, 64
+N_NEIGHBORS = 10
+
+
+@pytest.fixture(scope="module")
+def small_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 cells of six cell types in 7 tiles of 64 (the last 16)."""
+    out = tmp_path_factory.mktemp("dask_scanpy_pipeline") / "cells.deltacells"
+    source = synthetic_counts(PIPELINE_CELLS, PIPELINE_GENES, seed=0)
+    deltacells.write_deltacells(source, out, tile_size=PIPELINE_TILE, progress=False)
+    return out
+
+
+def _to_pca(adata: ad.AnnData) -> None:
+    normalized(adata)
+    sc.pp.pca(adata, n_comps=10)
+
+
+@pytest.fixture(scope="module")
+def pca_pair(small_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ad.AnnData, ad.AnnData]:
+    """``(dask X, in memory)`` after normalize_total, log1p and pca (copy before changing them)."""
+    import dask
+
+    cache = tmp_path_factory.mktemp("dask_scanpy_pipeline_cache")
+    adata = deltacells.read_deltacells(small_path, cache_dir=cache, chunks="tiles")
+    memory = deltacells.read_deltacells(small_path, cache_dir=cache).to_memory()
+    with dask.config.set(scheduler="synchronous"):
+        _to_pca(adata)
+    _to_pca(memory)
+    assert isinstance(adata.obsm["X_pca"], da.Array)  # scanpy leaves the PCA of a dask X a dask array
+    return adata, memory
+
+
+@pytest.fixture(scope="module")
+def neighbors_pair(pca_pair: tuple[ad.AnnData, ad.AnnData]) -> tuple[ad.AnnData, ad.AnnData]:
+    """``pca_pair`` after ``sc.pp.neighbors`` (copy before changing them)."""
+    import dask
+
+    adata, memory = (a.copy() for a in pca_pair)
+    with dask.config.set(scheduler="synchronous"):
+        sc.pp.neighbors(adata, n_neighbors=N_NEIGHBORS, random_state=0)
+    sc.pp.neighbors(memory, n_neighbors=N_NEIGHBORS, random_state=0)
+    return adata, memory
+
+
+def assert_same_neighbors(got: ad.AnnData, expected: ad.AnnData) -> None:
+    """The same kNN graph: each cell's neighbours (a few ties may differ), distances and connectivities close.
+
+    The PCAs differ by float32 rounding (and each component's sign, to which distances are blind).
+    """
+    distances, expected_distances = got.obsp["distances"].tocsr(), expected.obsp["distances"].tocsr()
+    assert distances.shape == expected_distances.shape == (got.n_obs, got.n_obs)
+    same = [
+        set(distances[i].indices) == set(expected_distances[i].indices) for i in range(got.n_obs)
+    ]  # observed: every cell (scanpy 1.11 and 1.12)
+    assert np.mean(same) >= 0.99, f"{got.n_obs - sum(same)} cells have other neighbours"
+    rows = np.flatnonzero(same)
+    np.testing.assert_allclose(
+        dense(distances[rows]), dense(expected_distances[rows]), rtol=1e-3, atol=1e-3
+    )  # observed: 4e-5 at most
+    np.testing.assert_allclose(
+        dense(got.obsp["connectivities"][rows]), dense(expected.obsp["connectivities"][rows]), atol=1e-3
+    )  # observed: 1e-4 at most
+    assert got.uns["neighbors"]["params"] == expected.uns["neighbors"]["params"]
+
+
+@pytest.mark.parametrize("pca", ["dask", "computed"])
+def test_neighbors_on_dask_x(pca_pair, pca):
+    """``sc.pp.neighbors`` takes the dask ``obsm["X_pca"]`` as it is; computing it first (``"computed"``) also works."""
+    adata, memory = (a.copy() for a in pca_pair)
+    if pca == "computed":
+        adata.obsm["X_pca"] = adata.obsm["X_pca"].compute()
+    sc.pp.neighbors(adata, n_neighbors=N_NEIGHBORS, random_state=0)
+    sc.pp.neighbors(memory, n_neighbors=N_NEIGHBORS, random_state=0)
+    assert isinstance(adata.X, da.Array)
+    assert isinstance(adata.obsm["X_pca"], da.Array if pca == "dask" else np.ndarray)  # left as it was
+    assert sparse.issparse(adata.obsp["distances"]) and sparse.issparse(adata.obsp["connectivities"])
+    assert_same_neighbors(adata, memory)
+
+
+def test_umap_on_dask_x(neighbors_pair):
+    """``sc.tl.umap`` runs on the dask-X AnnData; it reads only the kNN graph (and the PCA), never X.
+
+    The embedding is not compared with the in-memory one: UMAP's stochastic gradient descent, even with the same
+    ``random_state``, turns the 1e-4 differences of the two graphs (float32 PCAs) into different layouts (a
+    coordinate moves by up to ~10). Given the same graph it is the same embedding to the bit, and both
+    embeddings separate the cell types alike.
+    """
+    from sklearn.metrics import silhouette_score
+
+    adata, memory = (a.copy() for a in neighbors_pair)
+    sc.tl.umap(adata, random_state=0)
+    sc.tl.umap(memory, random_state=0)
+    embedding = adata.obsm["X_umap"]
+    assert isinstance(embedding, np.ndarray) and embedding.shape == (PIPELINE_CELLS, 2)
+    assert np.isfinite(embedding).all()
+    assert isinstance(adata.X, da.Array)
+
+    same_graph = memory.copy()  # the in-memory AnnData with the dask run's graph and PCA
+    same_graph.obsp["connectivities"] = adata.obsp["connectivities"].copy()
+    same_graph.obsp["distances"] = adata.obsp["distances"].copy()
+    same_graph.obsm["X_pca"] = np.asarray(adata.obsm["X_pca"])
+    sc.tl.umap(same_graph, random_state=0)
+    np.testing.assert_array_equal(embedding, same_graph.obsm["X_umap"])
+
+    cell_types = adata.obs["cell_type"].to_numpy()
+    got, expected = silhouette_score(embedding, cell_types), silhouette_score(memory.obsm["X_umap"], cell_types)
+    assert expected > 0.5  # observed: 0.69
+    assert abs(got - expected) < 0.1  # observed: 0.002 (scanpy 1.11), 0.008 (scanpy 1.12)
+
+
+def test_leiden_on_dask_x(neighbors_pair):
+    """``sc.tl.leiden`` with igraph's implementation (scanpy's future default) gives the in-memory partition."""
+    pytest.importorskip("igraph")  # flavor="igraph" needs python-igraph only, not leidenalg
+    from sklearn.metrics import adjusted_rand_score
+
+    adata, memory = (a.copy() for a in neighbors_pair)
+    options = {"flavor": "igraph", "n_iterations": 2, "directed": False, "random_state": 0}
+    sc.tl.leiden(adata, **options)
+    sc.tl.leiden(memory, **options)
+    assert isinstance(adata.X, da.Array)
+    assert isinstance(adata.obs["leiden"].dtype, pd.CategoricalDtype)
+    assert adata.obs["leiden"].nunique() > 1  # observed: 7 clusters
+    assert adjusted_rand_score(adata.obs["leiden"], memory.obs["leiden"]) == 1.0
+    # the clusters follow the cell types (a sanity check of the graph, observed: 0.79)
+    assert adjusted_rand_score(adata.obs["leiden"], adata.obs["cell_type"]) > 0.5
+
+
+#: The rest of the pipeline, as the guide's table names it (:func:`documented_name`).
+PIPELINE = ("neighbors", "umap", "leiden/igraph")
+
+
+# ---------------------------------------------------------------------- read_obs
+
+
+@pytest.mark.parametrize(
+    ("lazy_obs", "obs_names"),
+    [
+        pytest.param(False, True, id="obs"),
+        pytest.param(False, False, id="obs-numbered"),
+        pytest.param(True, True, id="lazy_obs"),
+    ],
+)
+def test_read_obs_of_a_dask_x_anndata(small_path, tmp_path, lazy_obs, obs_names):
+    """``read_obs`` adds columns to an AnnData read with ``chunks="tiles"``, before and after scanpy's calls."""
+    cache = tmp_path / "cache"
+    expected = deltacells.read_deltacells(small_path, cache_dir=cache, obs_names=obs_names).obs
+    adata = deltacells.read_deltacells(
+        small_path, cache_dir=cache, chunks="tiles", obs_columns=[], lazy_obs=lazy_obs, obs_names=obs_names
+    )
+    assert isinstance(adata.X, da.Array) and list(adata.obs.columns) == []
+    frame = deltacells.read_obs(adata, ["cell_type"])
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns) == ["cell_type"]
+    np.testing.assert_array_equal(frame["cell_type"].to_numpy(), expected["cell_type"].to_numpy())
+    assert list(frame.index) == list(adata.obs_names)
+    assert list(adata.obs.columns) == ["cell_type"]  # added in place (lazily to a lazy obs)
+    assert isinstance(adata.X, da.Array)
+
+    normalized(adata)  # X is now computed from the dataset's blocks, still for all its cells
+    assert deltacells.read_obs(adata, ["donor"])["donor"].tolist() == expected["donor"].tolist()
+    mask = (expected["cell_type"] == "type_B").to_numpy()
+    view = adata[mask]
+    assert view.is_view
+    assert deltacells.read_obs(view, ["pct_mito"])["pct_mito"].tolist() == expected["pct_mito"][mask].tolist()
+
+
+@pytest.mark.parametrize("lazy_obs", [False, True])
+def test_read_obs_refuses_a_subset_copy(small_path, tmp_path, lazy_obs):
+    """A copy of some cells keeps a dask X computed from the whole dataset's blocks: read_obs cannot map its rows."""
+    adata = deltacells.read_deltacells(small_path, cache_dir=tmp_path / "cache", chunks="tiles", lazy_obs=lazy_obs)
+    for subset in (adata[: PIPELINE_CELLS // 2].copy(), adata[::-1].copy()):  # fewer cells; all, reordered
+        assert isinstance(subset.X, da.Array)
+        with pytest.raises(InvalidValueError, match="not the 400 cells of"):
+            deltacells.read_obs(subset, ["donor"])
+
+
+def test_read_obs_refuses_another_dask_x():
+    adata = ad.AnnData(X=da.zeros((3, 2), chunks=(2, 2)))
+    with pytest.raises(TypeError, match="not read with deltacells.read_deltacells"):
+        deltacells.read_obs(adata)
+
+
+# ---------------------------------------------------------------------- the guide's table
+
+
 def documented_name(call: str) -> str:
     """The guide's name for a key of :data:`CALLS`: ``"scale"``, ``"highly_variable_genes/seurat"``..."""
     if call.startswith("hvg_"):
@@ -156,17 +345,20 @@ def documented_name(call: str) -> str:
 
 
 def test_the_guide_says_every_call_works() -> None:
-    """The guide's table "scanpy on a dask X" (csr_matrix blocks): every call works on scanpy 1.11 and 1.12."""
+    """The guide's table "scanpy on a dask X" (csr_matrix blocks): every call works on scanpy 1.11 and 1.12.
+
+    neighbors, umap and leiden are there too (``test_*_on_dask_x`` above).
+    """
     text = GUIDE.read_text(encoding="utf-8")
     section = text[text.index("### scanpy on a dask X") :]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and len(cells) == 4 and cells[0] not in ("Call", "---"):
-            name, flavor = re.match(r'`sc\.pp\.(\w+)\(adata(?:, flavor="(\w+)")?', cells[0]).groups()
+            name, flavor = re.match(r'`sc\.(?:pp|tl)\.(\w+)\(adata(?:, flavor="(\w+)")?', cells[0]).groups()
             rows[name if flavor is None else f"{name}/{flavor}"] = cells[1:3]
         elif rows and not line.startswith("|"):
             break
-    assert set(rows) == {documented_name(call) for call in CALLS}
+    assert set(rows) == {documented_name(call) for call in CALLS} | set(PIPELINE)
     for name, (v111, v112) in rows.items():
         assert v111.startswith("works") and v112.startswith("works"), name

@@ -28,7 +28,15 @@ if TYPE_CHECKING:
     from deltacells.format import Manifest
     from deltacells.storage import BaseStore
 
-__all__ = ["BlockSource", "dask_array", "dataset_for", "parse_chunks", "row_chunks", "tiles_per_block"]
+__all__ = [
+    "BlockSource",
+    "dask_array",
+    "dataset_for",
+    "parse_chunks",
+    "row_chunks",
+    "source_of",
+    "tiles_per_block",
+]
 
 #: Opened datasets a process keeps for the blocks it runs (a worker usually needs one or two).
 MAX_OPEN_DATASETS = 8
@@ -187,6 +195,20 @@ def dask_array(dataset: Dataset, dtype: np.dtype, chunks: str | int, *, sparse_a
         dtype=source.dtype,
         meta=source.meta(),
     )
+
+
+def source_of(array: Any) -> BlockSource | None:
+    """The :class:`BlockSource` of the one dataset a dask array reads (made here, or computed from such an array).
+
+    ``None`` for any other array, or one that reads several datasets (or the same one with other settings).
+    """
+    graph = array.__dask_graph__() if hasattr(array, "__dask_graph__") else None
+    sources = {}
+    for layer in getattr(graph, "layers", {}).values():
+        for value, _ in getattr(layer, "indices", ()):  # a Blockwise layer: (argument, its index or None)
+            if isinstance(value, BlockSource):
+                sources[value.key] = value
+    return next(iter(sources.values())) if len(sources) == 1 else None
 
 
 def read_block(source: BlockSource, block_info: dict[Any, Any] | None = None) -> sparse.csr_matrix | sparse.csr_array:

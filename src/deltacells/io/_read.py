@@ -13,7 +13,7 @@ import pandas as pd
 from deltacells.dataset import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.io._anndata_hooks import register_anndata_io
-from deltacells.io._dask import parse_chunks
+from deltacells.io._dask import dataset_for, parse_chunks, source_of
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._sources import view_parts
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
@@ -163,6 +163,7 @@ def read_obs(
     adata_or_path
         An AnnData returned by :func:`read_deltacells` (the columns are also added to
         its ``obs``, in place, lazily to a lazy obs; for a view of one, only returned) or a dataset path.
+        One read with ``chunks=`` (a dask ``X``) must still hold all the dataset's cells, in order.
     columns
         Columns to load; ``None`` for all.
     cache_dir, verify, storage_options
@@ -181,6 +182,8 @@ def read_obs(
         dataset = _dataset_of(adata)
         entry = adata.uns.get(UNS_KEY, {})
         cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
+        if not isinstance(view_parts(adata)[0].X, TiledCSRDataset):
+            _check_all_cells(view_parts(adata)[0], dataset, cache_dir=cache_dir, verify=verify)
         frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
         if not isinstance(view_parts(adata)[0].obs, pd.DataFrame):  # a lazy obs: add the columns lazily
             frame = frame.iloc[view_parts(adata)[1]] if adata.is_view else frame
@@ -259,10 +262,36 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
 
 def _dataset_of(adata: ad.AnnData) -> Dataset:
     X = view_parts(adata)[0].X
-    if not isinstance(X, TiledCSRDataset):
+    if isinstance(X, TiledCSRDataset):
+        return X.dataset
+    source = source_of(X)  # read with chunks=: X is a dask array of the dataset's blocks
+    if source is None:
         msg = "this AnnData was not read with deltacells.read_deltacells (its X is not a TiledCSRDataset)"
         raise InvalidTypeError(msg)
-    return X.dataset
+    return dataset_for(source)
+
+
+def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, verify: bool) -> None:
+    """An AnnData with a dask X (``chunks=``) must still hold the dataset's cells, in order, to get its obs rows.
+
+    Its X may have been computed from a subset of the cells (``adata[cells].copy()``, ``sc.pp.filter_cells``),
+    which the dask graph does not tell: its ``obs_names`` do (cell numbers for a lazy obs, else the stored names
+    or ``"0" .. "n-1"``).
+    """
+    names, n_cells = adata.obs_names, dataset.n_cells
+    if len(names) == n_cells:
+        if not isinstance(adata.obs, pd.DataFrame):  # a lazy obs is indexed by cell numbers
+            if names.equals(pd.RangeIndex(n_cells)):
+                return
+        elif names.equals(_default_names(n_cells)) or names.equals(
+            _read_obs_frame(dataset, [], obs_names=True, cache_dir=cache_dir, verify=verify).index
+        ):
+            return
+    msg = (
+        f"this AnnData's cells are not the {n_cells:,} cells of {dataset.store.url} in order (its dask X was "
+        "computed from a subset of them?): read_obs(path) gives the dataset's obs, to select the same cells from"
+    )
+    raise InvalidValueError(msg)
 
 
 def _default_names(n: int) -> pd.Index:
