@@ -52,6 +52,14 @@ class Batch:
     def __len__(self) -> int:
         return int(self.index.shape[0])
 
+    def pin_memory(self) -> Batch:
+        """The batch with ``X`` in pinned memory when it is a torch tensor; ``index`` and ``obs`` stay numpy arrays.
+
+        A ``DataLoader`` with ``pin_memory=True`` calls it.
+        """
+        pin = getattr(self.X, "pin_memory", None)
+        return Batch(pin() if pin is not None else self.X, self.index, self.obs)
+
 
 class CellLoader:
     """Shuffled minibatches of cells, read straight from a dataset's tiles.
@@ -322,6 +330,55 @@ class CellLoader:
 
     def _finish(self, matrix: sparse.csr_matrix, index: np.ndarray, obs: dict[str, np.ndarray]) -> Batch:
         return Batch(convert(matrix, self.output), index, obs)
+
+    # ------------------------------------------------------------------ torch
+
+    def to_torch(self) -> Any:
+        """The loader as a torch ``IterableDataset`` (``deltacells.loader.CellDataset``) yielding its batches.
+
+        torch's ``DataLoader`` takes a dataset that is not an ``IterableDataset`` for a map-style one; this one
+        iterates the loader (not a copy of it), and its length is ``len(self)``. It pickles to the loader's
+        settings, so it also serves ``DataLoader`` workers started with ``multiprocessing_context="spawn"``.
+        torch must be installed (else an ``ImportError``).
+        """
+        try:
+            from deltacells.loader._torch import CellDataset
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != "torch":
+                raise
+            msg = "CellLoader.to_torch() and .dataloader() need torch, which is not installed: pip install torch"
+            raise ImportError(msg) from exc
+        return CellDataset(self)
+
+    def dataloader(self, **kwargs: Any) -> Any:
+        """A torch ``DataLoader`` over the loader's batches: ``DataLoader(self.to_torch(), batch_size=None)``.
+
+        Each worker process takes a contiguous share of the rank's batches: together they yield each batch
+        once per epoch, each a :class:`~deltacells.Batch` as this loader makes it (the ``DataLoader``
+        interleaves the workers' batches). Its length is ``len(self)``. Call :meth:`set_epoch` before each
+        epoch's ``iter()``; workers made once (``persistent_workers=True``) keep the epoch they started with.
+        torch must be installed (else an ``ImportError``).
+
+        Parameters
+        ----------
+        **kwargs
+            Other arguments of ``DataLoader`` (``num_workers``, ``multiprocessing_context``, ``pin_memory``,
+            ``persistent_workers``, ``prefetch_factor``...); not ``batch_size``, ``sampler`` or ``shuffle``,
+            which the loader's own settings replace.
+
+        Examples
+        --------
+        >>> loader = deltacells.CellLoader("atlas.deltacells", batch_size=256, output="torch")  # doctest: +SKIP
+        >>> batches = loader.dataloader(num_workers=2, multiprocessing_context="spawn")  # doctest: +SKIP
+        >>> for epoch in range(3):  # doctest: +SKIP
+        ...     loader.set_epoch(epoch)
+        ...     for batch in batches:
+        ...         train_step(batch.X)
+        """
+        dataset = self.to_torch()
+        from torch.utils.data import DataLoader
+
+        return DataLoader(dataset, batch_size=None, **kwargs)
 
     # ------------------------------------------------------------------ internals
 

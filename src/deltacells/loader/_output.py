@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -46,9 +47,12 @@ def convert(matrix: sparse.csr_matrix, output: str) -> Any:
 
     if output == "torch":
         return torch.from_numpy(matrix.toarray())
-    return torch.sparse_csr_tensor(
-        torch.from_numpy(np.asarray(matrix.indptr, dtype=np.int64)),
-        torch.from_numpy(np.asarray(matrix.indices, dtype=np.int64)),
-        torch.from_numpy(matrix.data),
-        size=matrix.shape,
-    )
+    with warnings.catch_warnings():  # torch calls its sparse CSR layout beta, on every tensor made
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(np.asarray(matrix.indptr, dtype=np.int64)),
+            torch.from_numpy(np.asarray(matrix.indices, dtype=np.int64)),
+            torch.from_numpy(matrix.data),
+            size=matrix.shape,
+            check_invariants=False,  # a canonical CSR matrix: checked by scipy, and by the decoder before it
+        )
