@@ -173,7 +173,7 @@ intersphinx_disabled_reftypes = ["*"] if not intersphinx_mapping else ["std:doc"
 
 _EXTERNAL = (
     r"(os|io|typing|collections|pathlib|concurrent|numpy|np|scipy|sparse|pandas|pd|anndata|ad|scanpy|sc"
-    r"|fsspec|pyarrow|pa|dask|numba|zstandard|abc)"
+    r"|fsspec|pyarrow|pa|dask|numba|zstandard|abc|torch|distributed)"
 )
 nitpick_ignore_regex = [
     # Types of Python and of the projects above (resolved through intersphinx when it is on).

@@ -325,7 +325,7 @@ class CellLoader:
         if self._obs_store is not None:
             for name in self.obs_columns:
                 values = self._obs_store.take(name, cells)
-                obs[name] = np.asarray(values.codes) if hasattr(values, "codes") else np.asarray(values)
+                obs[name] = np.array(values.codes) if hasattr(values, "codes") else np.asarray(values)  # writable
         return window, matrix, obs
 
     def _finish(self, matrix: sparse.csr_matrix, index: np.ndarray, obs: dict[str, np.ndarray]) -> Batch:

@@ -8,8 +8,9 @@ deterministic, shardable and resumable:
 2. **Epoch order.** The blocks are put in a random order drawn from ``(seed, epoch)`` (or kept in order
    without shuffling), and the resulting stream of cells is cut into ``world_size`` shards of equal numbers of
    cells (a block on a boundary is split); rank ``r`` takes shard ``r``.
-3. **Windows.** Within a shard, consecutive blocks are grouped into windows of about ``buffer_size`` cells;
-   the cells of a window are shuffled together (read at once, they mix cells of many tiles).
+3. **Windows.** Within a shard, consecutive blocks are grouped into equal windows of at most about
+   ``buffer_size`` cells; the cells of a window are shuffled together (read at once, they mix cells of many
+   tiles).
 4. **Batches.** The shard's stream of shuffled cells is cut into batches of ``batch_size`` (a batch may
    span two windows); the last one is short, or dropped with ``drop_last``, which also makes every
    rank's number of batches the same.
@@ -138,10 +139,18 @@ class EpochPlan:
 
     @cached_property
     def _window_of_range(self) -> np.ndarray:
-        """The window of each range: ranges whose first cell falls in the same ``buffer_size`` of the stream."""
+        """The window of each range: the shard's stream cut into ``ceil(n_cells / buffer_size)`` equal windows.
+
+        A range belongs to the window its first cell falls in; windows are of about equal sizes (at most
+        ``buffer_size`` cells, plus the rest of a range), so that the last one is not a small remainder whose
+        batches would mix fewer blocks.
+        """
         starts, stops = self._ranges
-        offsets = np.cumsum(stops - starts) - (stops - starts)
-        return offsets // self.buffer_size
+        lengths = stops - starts
+        offsets = np.cumsum(lengths) - lengths
+        total = int(lengths.sum())
+        n_windows = max(1, -(-total // self.buffer_size))
+        return offsets * n_windows // max(total, 1)
 
     def windows(self, first_cell: int = 0) -> list[tuple[int, int]]:
         """The windows holding stream cells ``first_cell ..`` of the batches: ``(first range, end range)`` each."""
