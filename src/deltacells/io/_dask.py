@@ -119,7 +119,8 @@ class BlockSource:
     sparse_array
         Blocks are ``csr_array`` (else ``csr_matrix``), as ``TiledCSRDataset.to_memory()`` returned.
     tile_cache_bytes, threads
-        The dataset's tile cache bound and decoding threads.
+        The dataset's tile cache bound and decoding threads. A process that opens the dataset for blocks
+        (a worker) keeps no tile cache: a block's tiles are read once per computation.
     """
 
     store: BaseStore
@@ -244,7 +245,8 @@ def dataset_for(source: BlockSource) -> Dataset:
             return dataset
     from deltacells.dataset import open_dataset
 
-    opened = open_dataset(source.store, tile_cache_bytes=source.tile_cache_bytes, threads=source.threads)
+    # No tile cache: a block's tiles are read once per computation, and a worker's memory is the cluster's.
+    opened = open_dataset(source.store, tile_cache_bytes=0, threads=source.threads)
     if manifest_fingerprint(opened.manifest) != source.fingerprint:
         msg = (
             f"{source.store.url}/manifest.json is not the one this dask array was made from: the dataset was "
