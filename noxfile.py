@@ -69,6 +69,21 @@ def tests_nojit(session: nox.Session) -> None:
     session.run("pytest", "tests/codec", *session.posargs, env={"NUMBA_DISABLE_JIT": "1"})
 
 
+#: The torch of ``tests_torch``: a CPU build of it for Python 3.11 lies in this machine's pip find-links.
+TORCH = "torch==2.13.0"
+
+
+@nox.session(python=PYTHONS[0], venv_backend="virtualenv", default=False)
+def tests_torch(session: nox.Session) -> None:
+    """Run the torch tests (``tests/torch``: outputs, DataLoader workers, torch.distributed) with torch installed.
+
+    Installed with pip, not uv: pip finds the CPU build of torch that this machine keeps on disk (for Python
+    3.11 only), where uv would download a CUDA build of several GB. The main test suite stays torch-free.
+    """
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"), TORCH)
+    session.run("pytest", "tests/torch", *session.posargs)
+
+
 @nox.session(python=PYTHONS[-1])
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
@@ -84,7 +99,14 @@ def bench(session: nox.Session) -> None:
     quick = ["--quick"] if "--quick" in session.posargs else []
     others = [arg for arg in session.posargs if arg != "--quick"]
     session.run("python", "benchmarks/bench_decode.py", *(quick or others))
-    for script in ("bench_import", "bench_gene_order", "bench_object_storage", "bench_tile_cache", "bench_scale"):
+    for script in (
+        "bench_import",
+        "bench_gene_order",
+        "bench_object_storage",
+        "bench_tile_cache",
+        "bench_scale",
+        "bench_dask",
+    ):
         session.run("python", f"benchmarks/{script}.py", *quick)
 
 
@@ -130,3 +152,29 @@ def bench_peers(session: nox.Session) -> None:
     """
     session.install("-e.", "-r", "benchmarks/peers-requirements.txt")
     session.run("python", "benchmarks/bench_peers.py", *session.posargs)
+
+
+#: pip, not uv, for bench_loader: pip follows this machine's pip configuration, whose local index has torch's CPU
+#: build (uv would take PyPI's, a CUDA build of several GB).
+@nox.session(python=PYTHONS[0], venv_backend="virtualenv", default=False)
+def bench_loader(session: nox.Session) -> None:
+    """Benchmark deltacells.CellLoader against annbatch, scDataset, tiledbsoma-ml and a naive loop; ``-- --quick``.
+
+    The peers come from ``benchmarks/loader-requirements.txt``, in benchmark environments only (never a runtime
+    dependency): this session's (Python 3.11: torch's CPU build, scDataset, tiledbsoma-ml) and a second one
+    beside it on Python 3.13 for annbatch (which needs 3.12 or later); ``bench_loader.py`` runs each loader in
+    an interpreter that has it (``--python``). Options after ``--`` go to ``benchmarks/bench_loader.py``
+    (``--json docs/_data/loader.json --plots docs/_static/loader``).
+    """
+    requirements = "benchmarks/loader-requirements.txt"
+    session.install("-e.", "-r", requirements, *nox.project.dependency_groups(PROJECT, "test"))  # + moto, s3fs
+    other = Path(session.virtualenv.location).with_name(Path(session.virtualenv.location).name + "-annbatch")
+    import sys  # nox's interpreter, whose environment has uv (pip install nox uv)
+
+    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    session.run_install(uv, "venv", "--quiet", "--allow-existing", "--python", PYTHONS[-1], str(other), external=True)
+    other_python = str(other / "bin" / "python")
+    session.run_install(
+        uv, "pip", "install", "--quiet", "--python", other_python, "-e.", "-r", requirements, external=True
+    )
+    session.run("python", "benchmarks/bench_loader.py", "--python", other_python, *session.posargs)

@@ -44,18 +44,18 @@ def _check_full(
     assert_obs_equal(got.obs, source_obs)
     pd.testing.assert_frame_equal(got.var, source_var.iloc[order], check_index_type=False)
     restored = deltacells.restore_gene_order(got)
-    assert_X_equal(restored.X, src, sorted_indices=False)
+    assert_X_equal(restored.X, src)
     pd.testing.assert_frame_equal(restored.var, source_var, check_index_type=False)
     assert_obs_equal(restored.obs, source_obs)  # categories (unused ones too), their order and `ordered` kept
     # The default read gives back what was written, with no extra call (DECISIONS.md 13).
     default = deltacells.read_deltacells(path, cache_dir=Path(got.uns["deltacells"]["cache_dir"]))
     assert default.uns["deltacells"]["columns"] == "original"
-    assert_X_equal(default.X, src, sorted_indices=False)
+    assert_X_equal(default.X, src)
     assert_obs_equal(default.obs, source_obs)
     pd.testing.assert_frame_equal(default.var, source_var, check_index_type=False)
     assert deltacells.restore_gene_order(default) is default
     cells = np.random.default_rng(1).permutation(src.shape[0])[: max(1, src.shape[0] // 3)]
-    assert_X_equal(default[cells].X, src[cells], sorted_indices=False)
+    assert_X_equal(default[cells].X, src[cells])
     manifest = deltacells.open_dataset(path).manifest
     assert manifest.n_cells == src.shape[0] and manifest.n_genes == src.shape[1]
     assert manifest.nnz == canonical_nnz(src)

@@ -473,7 +473,8 @@ def _decode_chunk(
 
     ``out_indices`` and ``out_data`` hold exactly the chunk's ``nnz_hi - nnz_lo``
     nonzeros (e.g. its slices of the tile's arrays); ``indptr`` is the tile's.
-    ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``).
+    ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``); each row's columns are
+    then sorted (with their values), as scipy's canonical CSR has them.
     """
     from deltacells.codec import _kernels  # numba loads on the first decode, not on import
 
@@ -509,6 +510,8 @@ def _decode_chunk(
         )
         if columns is not None:
             _kernels.map_columns(out_indices, columns)
+    if columns is not None:  # mapped columns are no longer increasing: a canonical CSR sorts each row
+        _kernels.sort_rows(indptr, cell_lo, cell_hi, nnz_lo, out_indices, out_data, columns.shape[0])
     return large
 
 

@@ -178,6 +178,96 @@ def map_columns(indices, columns):  # pragma: no cover
         indices[j] = columns[indices[j]]
 
 
+#: De Bruijn sequence and table: the index of a 64-bit word's one set bit from one multiplication.
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DE_BRUIJN_INDEX = np.array(
+    [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18,
+     12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19,
+     9, 13, 8, 7, 6],
+    dtype=np.int64,
+)  # fmt: skip
+
+
+@_jit
+def _bit_index_de_bruijn(power):  # pragma: no cover
+    """``k`` for ``power == 2**k``: one multiplication, wrapping modulo 2^64 as compiled code does."""
+    return _DE_BRUIJN_INDEX[(power * _DE_BRUIJN) >> np.uint64(58)]
+
+
+@_jit
+def _bit_index_search(power):  # pragma: no cover
+    """``k`` for ``power == 2**k`` (a uint64 with one bit set): a binary search, no multiplication to overflow."""
+    k = 0
+    if power >= np.uint64(1 << 32):
+        k += 32
+        power >>= np.uint64(32)
+    if power >= np.uint64(1 << 16):
+        k += 16
+        power >>= np.uint64(16)
+    if power >= np.uint64(1 << 8):
+        k += 8
+        power >>= np.uint64(8)
+    if power >= np.uint64(1 << 4):
+        k += 4
+        power >>= np.uint64(4)
+    if power >= np.uint64(1 << 2):
+        k += 2
+        power >>= np.uint64(2)
+    if power >= np.uint64(2):
+        k += 1
+    return k
+
+
+#: Compiled, the multiplication wraps silently; run as Python (``NUMBA_DISABLE_JIT``), numpy would warn of it.
+_bit_index = _bit_index_search if numba.config.DISABLE_JIT else _bit_index_de_bruijn
+
+
+@_jit
+def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # pragma: no cover
+    """Put each row's columns in increasing order, with their values: rows ``first_row .. end_row - 1``.
+
+    Row ``r`` is ``indices[indptr[r] - offset : indptr[r + 1] - offset]`` (and ``data``), its columns unique
+    and below ``n_columns`` (mapped from a tile's stored genes). Linear per row, no comparison sort: each value
+    is put at its column in a scratch row and the column's bit set in a bitmap, then the bitmap is read from
+    the row's lowest column to its highest, a 64-bit word at a time.
+    """
+    words = np.zeros((n_columns + 63) >> 6, dtype=np.uint64)
+    values = np.empty(n_columns, dtype=data.dtype)
+    one = np.uint64(1)
+    for r in range(first_row, end_row):
+        lo = indptr[r] - offset
+        hi = indptr[r + 1] - offset
+        if hi - lo < 2:
+            continue
+        low_col = n_columns
+        high_col = 0
+        in_order = True
+        previous = -1
+        for j in range(lo, hi):
+            c = indices[j]
+            in_order = in_order and c > previous
+            previous = c
+            low_col = min(low_col, c)
+            high_col = max(high_col, c)
+            values[c] = data[j]
+            words[c >> 6] |= one << np.uint64(c & 63)
+        out = lo
+        for w in range(low_col >> 6, (high_col >> 6) + 1):
+            bits = words[w]
+            if bits == 0:
+                continue
+            words[w] = np.uint64(0)
+            if in_order:
+                continue  # the bitmap is cleared; the row is left as it was
+            while bits != 0:
+                lowest = bits & (~bits + one)
+                c = (w << 6) + _bit_index(lowest)
+                indices[out] = c
+                data[out] = values[c]
+                out += 1
+                bits ^= lowest
+
+
 @_jit
 def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes):  # pragma: no cover
     for cell in range(cell_lo, cell_hi):

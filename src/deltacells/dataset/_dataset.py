@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells.dataset._gather import sort_output_rows
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
@@ -22,11 +23,7 @@ if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
     from deltacells.storage import BaseStore
 
-__all__ = ["SORT_MAPPED_ROWS", "Dataset"]
-
-#: Whether rows read in the source's gene order have their columns sorted (scipy's canonical CSR) or are
-#: returned as mapped, marked ``has_sorted_indices = False`` (which scipy and scanpy accept).
-SORT_MAPPED_ROWS = False
+__all__ = ["Dataset"]
 
 
 class Dataset:
@@ -207,7 +204,7 @@ class Dataset:
         rows = normalize_rows(index, self.n_cells)
         dtype = np.dtype(dtype)
         span = _as_range(rows)
-        if span is not None and (self._columns is None or not SORT_MAPPED_ROWS) and dtype in DIRECT_DTYPES:
+        if span is not None and dtype in DIRECT_DTYPES:
             matrix = self._read_range(*span, dtype)
             if matrix is not None:
                 return matrix
@@ -276,23 +273,32 @@ class Dataset:
             slots = np.arange(r, r + m, dtype=np.int64)
             rows = np.arange(lo[k], hi[k], dtype=np.int64)
             self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
+        if copied and self._columns is not None:  # direct tiles are sorted as they decode
+            spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
+            sort_output_rows(out_indptr, out_indices, out_data, self.n_genes, spans)
         if direct.any():
             starts = (row_starts[:-1][direct], nnz_starts[:-1][direct])
             outputs = (out_indptr, out_indices, out_data)
             large = self._tiles.read_into(tiles[direct], *starts, *outputs, columns=self._columns)
             self._warn_if_inexact(large, dtype)
-        return self._csr(out_data, out_indices, out_indptr)
+        return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
 
-    def _csr(self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray) -> sparse.csr_matrix:
+    def _csr(
+        self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray, *, sorted_already: bool = False
+    ) -> sparse.csr_matrix:
+        """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
+        if self._columns is not None and not sorted_already:
+            sort_output_rows(out_indptr, out_indices, out_data, self.n_genes)
         index_dtype = out_indices.dtype
         matrix = sparse.csr_matrix(
             (out_data, out_indices, out_indptr.astype(index_dtype, copy=False)),
             shape=(out_indptr.shape[0] - 1, self.n_genes),
             copy=False,
         )
-        sorted_rows = self._columns is None or SORT_MAPPED_ROWS
-        matrix.has_sorted_indices = sorted_rows  # set, not computed: a scan of every row
-        matrix.has_canonical_format = sorted_rows
+        # Set, not computed (a scan of every row): rows are canonical, mapped ones sorted by a bitmap per row
+        # (linear), since scipy sorts unsorted rows before its arithmetic (``multiply``...), on every call.
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
         return matrix
 
     def _gather_direct(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
@@ -354,7 +360,7 @@ class Dataset:
         else:
             from deltacells.dataset._gather import gather_rows_mapped
 
-            gather_rows_mapped(*arrays, self._columns, SORT_MAPPED_ROWS)
+            gather_rows_mapped(*arrays, self._columns, False)  # rows are sorted once, in _csr
 
     def _warn_if_inexact(self, inexact: bool, dtype: np.dtype) -> None:
         """Warn once per dataset when float32 (or narrower) values cannot hold the counts (``inexact``) exactly."""

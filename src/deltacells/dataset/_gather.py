@@ -12,6 +12,9 @@ other's branch: the loops over the nonzeros are the same as if each kernel had i
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import numba
 import numpy as np
 
@@ -99,3 +102,44 @@ def gather_rows_mapped(
     With ``sort``, each output row's columns are then put in increasing order (with their values).
     """
     _gather_runs(src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort)
+
+
+#: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
+SORT_TASK_NNZ = 1 << 20
+
+
+def sort_output_rows(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_columns: int, rows: Any = None
+) -> None:
+    """Sort the columns of output rows (mapped to the source's gene order) in place, with their values.
+
+    Parameters
+    ----------
+    indptr, indices, data
+        The output CSR arrays.
+    n_columns
+        Columns of the output.
+    rows
+        ``(first, end)`` row ranges to sort; ``None``: every row. Large ones are cut into tasks of about
+        :data:`SORT_TASK_NNZ` nonzeros run on the decoding pool (the kernel releases the GIL).
+    """
+    from deltacells._threads import shared_pool
+    from deltacells.codec._kernels import sort_rows
+
+    spans = [(0, indptr.shape[0] - 1)] if rows is None else list(rows)
+    tasks = []
+    for first, end in spans:
+        if end - first < 1:
+            continue
+        nnz = int(indptr[end] - indptr[first])
+        n_tasks = max(1, nnz // SORT_TASK_NNZ)
+        cuts = np.searchsorted(indptr[first : end + 1], np.linspace(indptr[first], indptr[end], n_tasks + 1)) + first
+        cuts[0], cuts[-1] = first, end
+        tasks += [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
+    if len(tasks) <= 1:
+        for a, b in tasks:
+            sort_rows(indptr, a, b, 0, indices, data, n_columns)
+        return
+    futures = [shared_pool().submit(sort_rows, indptr, a, b, 0, indices, data, n_columns) for a, b in tasks]
+    for future in futures:
+        future.result()

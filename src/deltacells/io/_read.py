@@ -85,10 +85,9 @@ def read_deltacells(
     gene_order
         ``"original"`` (default): genes in the order of the AnnData that was written (DECISIONS.md 13); the
         stored column numbers are mapped back through ``gene_order.npy`` while rows are copied, and var
-        follows, so a round trip gives back the AnnData that was written. Rows then come with their column
-        indices unsorted (``X.has_sorted_indices`` is false, which scipy and scanpy accept; ``X.sort_indices()``
-        sorts them). ``"stored"``: genes as stored, by decreasing total counts (rows sorted, the last bit of
-        speed).
+        follows, so a round trip gives back the AnnData that was written. Each row's columns are then sorted
+        again (canonical CSR, as scipy makes it; a linear pass per row). ``"stored"``: genes as stored, by
+        decreasing total counts (no mapping, no sorting: the last bit of speed).
 
     lazy_obs
         Read obs lazily: ``True``, ``False``, or ``None`` (default) for lazily when the dataset has more than
