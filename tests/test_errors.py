@@ -23,7 +23,12 @@ def all_modules() -> list[str]:
 
 @pytest.mark.parametrize("module_name", all_modules())
 def test_every_exception_class_derives_from_one_base(module_name: str) -> None:
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # deltacells.loader._torch needs torch, an optional dependency
+        if exc.name != "torch":
+            raise
+        pytest.skip(f"{module_name} needs torch")
     for name, value in vars(module).items():
         if not (inspect.isclass(value) and issubclass(value, BaseException)) or value.__module__ != module_name:
             continue

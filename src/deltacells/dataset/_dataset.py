@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
-from deltacells.dataset._gather import sort_output_rows
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
@@ -274,6 +273,8 @@ class Dataset:
             rows = np.arange(lo[k], hi[k], dtype=np.int64)
             self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
         if copied and self._columns is not None:  # direct tiles are sorted as they decode
+            from deltacells.dataset._gather import sort_output_rows  # numba loads on the first decode
+
             spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
             sort_output_rows(out_indptr, out_indices, out_data, self.n_genes, spans)
         if direct.any():
@@ -288,6 +289,8 @@ class Dataset:
     ) -> sparse.csr_matrix:
         """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
         if self._columns is not None and not sorted_already:
+            from deltacells.dataset._gather import sort_output_rows  # numba loads on the first decode
+
             sort_output_rows(out_indptr, out_indices, out_data, self.n_genes)
         index_dtype = out_indices.dtype
         matrix = sparse.csr_matrix(
