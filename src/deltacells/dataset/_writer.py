@@ -195,7 +195,7 @@ class DatasetWriter:
 
     @property
     def tile_store(self) -> BaseStore:
-        """Where the tiles go: the dataset's store, or its staging prefix while an overwrite is under way.
+        """The store the tiles go to (the dataset's, or its staging prefix while an overwrite is under way).
 
         For tiles encoded and stored by others (the tasks of a dask cluster), which :meth:`add_tiles` then
         records; the store pickles to its URL and options.
@@ -222,7 +222,7 @@ class DatasetWriter:
             raise
 
     def add_tiles(self, tiles: TileList) -> None:
-        """Record tiles that others encoded and stored in :attr:`tile_store`, instead of rows passed to :meth:`write`.
+        """Record tiles that others encoded and stored in :attr:`tile_store`, instead of rows passed to ``write()``.
 
         Tile ``i`` is ``tile_path(i)``; the tiles have this writer's ``tile_size`` cells each (the last one may
         have fewer), ``n_chunks`` and ``level``. :meth:`close` writes the manifest for them.
