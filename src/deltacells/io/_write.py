@@ -56,7 +56,7 @@ def write_deltacells(
     under the scheduler in effect (the workers of the active ``dask.distributed`` client, or dask's local
     threads): one task per block sums its genes, then one task per run of whole tiles encodes them and
     stores them at ``path`` itself (which the workers must reach); this process writes obs, var and the
-    manifest, last. The files are the same as from memory.
+    manifest, last. The tiles, obs and manifest are the same as from memory, byte for byte.
 
     Parameters
     ----------
