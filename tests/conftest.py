@@ -1,4 +1,4 @@
-"""Fixtures shared by every test directory."""
+"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster."""
 
 from __future__ import annotations
 
@@ -14,3 +14,20 @@ def no_default_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.setenv("DELTACELLS_CACHE", str(stray))
     yield
     assert not any(stray.iterdir()), "a test read obs without cache_dir= (it used the default cache)"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real ``dask.distributed`` cluster of two worker processes (one thread each), for the module."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=":0",  # a free port: two test processes may each start a cluster
+            local_directory=tmp_path_factory.mktemp("dask-workers"),
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client

@@ -259,23 +259,6 @@ def test_an_overwritten_dataset_is_refused(source, tmp_path, monkeypatch):
         X.blocks[0].compute(scheduler="sync")
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory):
-    """A real cluster of two worker processes (one thread each), for the module."""
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            processes=True,
-            threads_per_worker=1,
-            dashboard_address=":0",  # a free port: two test processes may each start a cluster
-            local_directory=tmp_path_factory.mktemp("dask-workers"),
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def test_on_a_cluster_of_processes(path, tmp_path, client):
     lazy = read(path, tmp_path)
     expected = lazy.X.to_memory()

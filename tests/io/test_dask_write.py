@@ -38,23 +38,6 @@ def expected(source: ad.AnnData, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return out
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory):
-    """A real cluster of two worker processes (one thread each), for the module."""
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            processes=True,
-            threads_per_worker=1,
-            dashboard_address=":0",
-            local_directory=tmp_path_factory.mktemp("dask-workers"),
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 

@@ -37,22 +37,6 @@ def source() -> ad.AnnData:
     return synthetic_counts(N_CELLS, N_GENES, seed=5)
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory):
-    """A real cluster of two worker processes (one thread each), for the module."""
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            processes=True,
-            threads_per_worker=1,
-            dashboard_address=":0",  # a free port: two test processes may each start a cluster
-            local_directory=tmp_path_factory.mktemp("dask-workers"),
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def _on_the_workers():
     """The functions run on the workers, made here so that they pickle by value (workers cannot import tests)."""
 

@@ -30,22 +30,6 @@ pytestmark = pytest.mark.timeout(180)
 N_CELLS, N_GENES, TILE = 1_200, 50, 100
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory):
-    """A real cluster of two worker processes (one thread each), for the module."""
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            processes=True,
-            threads_per_worker=1,
-            dashboard_address=":0",
-            local_directory=tmp_path_factory.mktemp("dask-workers"),
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def test_workers_put_the_tiles_the_client_the_manifest_last(
     s3_proxy: ProxiedS3Bucket, client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
