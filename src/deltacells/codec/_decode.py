@@ -346,9 +346,40 @@ class CheckedTile:
         """
         row = self.table[chunk]
         lo, hi = int(row[NNZ_LO]), int(row[NNZ_HI])
+        return self.decode_chunk_into(chunk, out_indices[lo:hi], out_data[lo:hi], columns)
+
+    def decode_chunk_into(
+        self,
+        chunk: int,
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+        columns: np.ndarray | None = None,
+        *,
+        sort: bool = True,
+    ) -> bool:
+        """Decode chunk ``chunk`` into arrays of its own: ``out_indices`` and ``out_data`` hold its nonzeros.
+
+        For a reader that puts chunks of several tiles side by side. Their rows are the tile's cells
+        ``cell_lo .. cell_hi - 1`` (the chunk table's), with the tile's ``indptr`` shifted by ``nnz_lo``.
+        ``columns`` maps stored genes as in :meth:`decode_into`; with ``sort`` false the mapped columns of a
+        row are left in stored order (for a reader that makes dense rows of them). Returns whether a count
+        exceeds 2^24.
+
+        Raises
+        ------
+        InvalidValueError
+            If the arrays do not hold exactly the chunk's nonzeros.
+        FormatError
+            If a frame breaks a rule of the format (the message names the tile, chunk and stream).
+        """
+        row = self.table[chunk]
+        n = int(row[NNZ_HI]) - int(row[NNZ_LO])
+        if out_indices.shape != (n,) or out_data.shape != (n,):
+            shapes = f"{out_indices.shape} and {out_data.shape}"
+            msg = f"{self.name}: chunk {chunk} holds {n} nonzeros, the output arrays {shapes}"
+            raise InvalidValueError(msg)
         where = f"{self.name}: chunk {chunk}"
-        indices = out_indices[lo:hi]
-        return _decode_chunk(self.source, row, self.indptr, self.n_genes, indices, out_data[lo:hi], where, columns)
+        return _decode_chunk(self.source, row, self.indptr, self.n_genes, out_indices, out_data, where, columns, sort)
 
     def _check_outputs(self, out_indices: np.ndarray, out_data: np.ndarray) -> None:
         n = self.header.nnz
@@ -468,13 +499,14 @@ def _decode_chunk(
     out_data: np.ndarray,
     where: str,
     columns: np.ndarray | None = None,
+    sort: bool = True,
 ) -> bool:
     """Decode one chunk into ``out_indices`` and ``out_data``; return whether a count exceeds 2^24.
 
     ``out_indices`` and ``out_data`` hold exactly the chunk's ``nnz_hi - nnz_lo``
     nonzeros (e.g. its slices of the tile's arrays); ``indptr`` is the tile's.
     ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``); each row's columns are
-    then sorted (with their values), as scipy's canonical CSR has them.
+    then sorted (with their values), as scipy's canonical CSR has them, unless ``sort`` is false.
     """
     from deltacells.codec import _kernels  # numba loads on the first decode, not on import
 
@@ -510,7 +542,7 @@ def _decode_chunk(
         )
         if columns is not None:
             _kernels.map_columns(out_indices, columns)
-    if columns is not None:  # mapped columns are no longer increasing: a canonical CSR sorts each row
+    if columns is not None and sort:  # mapped columns are no longer increasing: a canonical CSR sorts each row
         _kernels.sort_rows(indptr, cell_lo, cell_hi, nnz_lo, out_indices, out_data, columns.shape[0])
     return large
 

@@ -32,6 +32,7 @@ import numpy as np
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec._decode import (
     _PARALLEL_MIN_NNZ,
+    CheckedTile,
     DecodedTile,
     _check_frame_sizes,
     _check_indptr,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PieceSource",
+    "checked_pieces",
     "PrefixTooShortError",
     "TilePrefix",
     "decode_chunks",
@@ -605,6 +607,33 @@ def decode_chunks(
         chunk_bounds=prefix.chunk_bounds,
         chunk_mask=selected,
     )
+
+
+def checked_pieces(
+    prefix: TilePrefix,
+    pieces: Mapping[int, bytes] | Sequence[tuple[int, bytes]],
+    chunks: np.ndarray | Sequence[int],
+    *,
+    name: str = "tile",
+) -> CheckedTile:
+    """A tile to decode chunk by chunk (:meth:`~deltacells.codec._decode.CheckedTile.decode_chunk_into`).
+
+    From its parsed prefix and the byte ranges fetched for the frames of ``chunks``, whose declared sizes are
+    checked here (before the caller allocates their outputs). Only those chunks may be decoded from it.
+
+    Raises
+    ------
+    FormatError
+        If a frame of the chunks declares another size than the chunk table implies.
+    InvalidValueError
+        If ``pieces`` miss bytes of a frame of ``chunks`` (or reach outside the object).
+    OutOfRangeError
+        If a chunk number is outside the tile.
+    """
+    require_little_endian()
+    source = PieceSource(pieces, prefix.header.total_size)
+    _check_frame_sizes(source, prefix.table, _numbers(chunks, prefix.n_chunks, "chunk").tolist(), name)
+    return CheckedTile(prefix.header, prefix.indptr, prefix.table, source, name)
 
 
 def _numbers(values: np.ndarray | Sequence[int], limit: int, what: str) -> np.ndarray:

@@ -230,6 +230,49 @@ class Dataset:
                 return self._gather_ascending(needed, order, bounds, local, n_out, dtype, capacity)
         return self._gather_compact(needed, order, bounds, local, n_out, dtype)
 
+    def read_rows_uncached(
+        self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
+    ) -> sparse.csr_matrix:
+        """Read the cells selected by ``index`` as a CSR matrix, in the requested order, past the tile cache.
+
+        For reads that do not come back to the same tiles soon, as a training loader's windows (runs of
+        cells from many tiles, each chunk read once per epoch): each tile holding a wanted cell is read
+        once, and each of its chunks holding one decodes straight into one array of the output's dtype
+        (genes mapped, and rows sorted, as it decodes); the rows are then copied out in the order asked.
+        Nothing decoded is kept, and the tile cache is neither used nor changed.
+
+        Parameters
+        ----------
+        index
+            As for :meth:`read_rows`.
+        dtype
+            Dtype of the values.
+        sort_columns
+            In the original gene order (:meth:`with_gene_order`), sort each row's columns (a canonical CSR,
+            the default); ``False`` leaves them in stored order (the matrix's ``has_sorted_indices`` is
+            then false), which is cheaper when the rows are made dense next.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix
+            ``len(rows) x n_genes``.
+        """
+        from deltacells.tiles._chunk_rows import read_rows_by_chunk
+
+        rows = normalize_rows(index, self.n_cells)
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+        dtype = np.dtype(dtype)
+        decoded = dtype if dtype in DIRECT_DTYPES else np.dtype(np.float64 if dtype.kind == "f" else np.int64)
+        matrix, large = read_rows_by_chunk(self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns)
+        self._warn_if_inexact(large, dtype)
+        if decoded != dtype:
+            matrix.data = matrix.data.astype(dtype)
+        sorted_rows = self._columns is None or sort_columns
+        matrix.has_sorted_indices = sorted_rows  # set, not computed (see _csr)
+        matrix.has_canonical_format = sorted_rows
+        return matrix
+
     def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
         """Cells ``start .. stop - 1``: the tiles wanted whole and not cached decode straight into the output.
 
@@ -273,7 +316,7 @@ class Dataset:
             rows = np.arange(lo[k], hi[k], dtype=np.int64)
             self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
         if copied and self._columns is not None:  # direct tiles are sorted as they decode
-            from deltacells.dataset._gather import sort_output_rows  # numba loads on the first decode
+            from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
 
             spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
             sort_output_rows(out_indptr, out_indices, out_data, self.n_genes, spans)
@@ -289,7 +332,7 @@ class Dataset:
     ) -> sparse.csr_matrix:
         """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
         if self._columns is not None and not sorted_already:
-            from deltacells.dataset._gather import sort_output_rows  # numba loads on the first decode
+            from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
 
             sort_output_rows(out_indptr, out_indices, out_data, self.n_genes)
         index_dtype = out_indices.dtype
@@ -361,7 +404,7 @@ class Dataset:
         if self._columns is None:
             _gather()(*arrays)
         else:
-            from deltacells.dataset._gather import gather_rows_mapped
+            from deltacells.tiles._gather import gather_rows_mapped
 
             gather_rows_mapped(*arrays, self._columns, False)  # rows are sorted once, in _csr
 
@@ -435,7 +478,7 @@ class Dataset:
 
 def _gather() -> Any:
     """The numba kernel copying rows (numba loads on the first read, not on import)."""
-    from deltacells.dataset._gather import gather_rows
+    from deltacells.tiles._gather import gather_rows
 
     return gather_rows
 

@@ -16,7 +16,7 @@ from numpy.typing import DTypeLike
 from scipy import sparse
 
 from deltacells.errors import InvalidTypeError, InvalidValueError
-from deltacells.loader._output import check_output, convert
+from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, Window, make_blocks
 from deltacells.loader._source import LoaderSource, resolve_source
 
@@ -318,7 +318,10 @@ class CellLoader:
         """Read and decode one window's cells, in the order they are yielded, with their obs values."""
         window = plan.window(first_range, end_range)
         cells = self._source.cell_numbers(window.positions)
-        matrix = self.dataset.read_rows(cells, dtype=self.dtype)
+        # Each chunk is read once per epoch: past the tile cache, decoded straight into one array. Rows made
+        # dense next need not have their columns sorted.
+        sort = self.output in SPARSE_OUTPUTS or self._source.genes is not None
+        matrix = self.dataset.read_rows_uncached(cells, dtype=self.dtype, sort_columns=sort)
         if self._source.genes is not None:
             matrix = matrix[:, self._source.genes]
         obs = {}

@@ -10,7 +10,7 @@ from scipy import sparse
 
 from deltacells.errors import InvalidValueError
 
-__all__ = ["OUTPUTS", "check_output", "convert"]
+__all__ = ["OUTPUTS", "SPARSE_OUTPUTS", "check_output", "convert"]
 
 #: The values of ``output=``: what each gives.
 OUTPUTS = {
@@ -19,6 +19,9 @@ OUTPUTS = {
     "torch": "dense torch.Tensor",
     "torch_sparse": "torch.Tensor in sparse CSR layout",
 }
+
+#: The outputs that keep the CSR structure (their rows' columns must be sorted).
+SPARSE_OUTPUTS = frozenset({"scipy", "torch_sparse"})
 
 
 def check_output(output: str) -> None:

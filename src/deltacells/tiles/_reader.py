@@ -342,9 +342,14 @@ class TileReader:
         return self._fields
 
     def _count_whole(self, n_chunks: int) -> None:
+        self.count_reads(whole=1, chunks=n_chunks)
+
+    def count_reads(self, *, whole: int = 0, ranged: int = 0, chunks: int = 0) -> None:
+        """Add reads done past :meth:`get` to the counters: tiles read whole, in ranges, and chunks decoded."""
         with self._guard():
-            self._decoded += 1
-            self._chunks += n_chunks
+            self._decoded += whole
+            self._ranged += ranged
+            self._chunks += chunks
 
     @property
     def n_threads(self) -> int:
