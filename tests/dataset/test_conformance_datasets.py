@@ -122,3 +122,31 @@ def test_obs_shard_tampered_still_reads_x(expected, assert_csr_equals):
     # The tampered shard matters only once obs is localized (a later issue); X must be unaffected.
     ds = open_dataset(DATASETS / "obs_shard_tampered")
     assert_csr_equals(ds.read_rows(), expected)
+
+
+def test_complete_rows_read_past_the_cache(complete, expected, assert_csr_equals):
+    """The training loader's reads: each chunk holding a wanted cell decoded once, shuffled rows, repeats."""
+    rows = np.random.default_rng(2).permutation(2600)[:900]
+    rows = np.concatenate([rows, rows[:5]])
+    ds = open_dataset(DATASETS / "complete", threads=2)
+    assert_csr_equals(ds.read_rows_uncached(rows, dtype=np.int64), expected[rows], np.int64)
+    assert len(ds.cache) == 0
+
+
+def test_complete_chunk_starts_are_the_tiles_chunks(complete):
+    starts = open_dataset(DATASETS / "complete").chunk_starts()
+    want = [complete.tile_range(t)[0] + b for t, tile in complete.iter_tiles() for b in tile.chunk_bounds[:-1]]
+    np.testing.assert_array_equal(starts, [*want, complete.n_cells])
+
+
+@pytest.mark.parametrize(
+    ("name", "match", "kind"),
+    [
+        pytest.param("missing_tile", r"tile_000001\.dct", MissingObjectError, id="missing_tile"),
+        pytest.param("tile_cells_wrong", r"tile_cells", FormatError, id="tile_cells_wrong"),
+    ],
+)
+def test_broken_copies_refuse_chunk_starts(name, match, kind):
+    with pytest.raises(FormatError, match=match) as info:
+        open_dataset(DATASETS / name).chunk_starts()
+    assert isinstance(info.value, kind)

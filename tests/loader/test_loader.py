@@ -106,6 +106,45 @@ def test_outputs(source, path, tmp_path, output, dtype):
     np.testing.assert_array_equal(X, rows(source, batch.index))
 
 
+@pytest.mark.parametrize("gene_order", ["original", "stored"])
+def test_dense_and_sparse_outputs_agree(path, tmp_path, gene_order):
+    """Rows made dense are not sorted by column first (cheaper); the sparse ones are canonical."""
+    sparse_batches = list(loader(path, tmp_path, batch_size=300, gene_order=gene_order))
+    dense_batches = list(loader(path, tmp_path, batch_size=300, gene_order=gene_order, output="numpy"))
+    for got, want in zip(dense_batches, sparse_batches, strict=True):
+        assert want.X.has_canonical_format
+        np.testing.assert_array_equal(got.index, want.index)
+        np.testing.assert_array_equal(got.X, want.X.toarray())
+
+
+# ---------------------------------------------------------------------- blocks
+
+
+@pytest.mark.parametrize("cells", [None, np.arange(N_CELLS) % 3 != 0])
+def test_blocks_follow_the_chunks_and_each_is_decoded_once(path, tmp_path, cells):
+    load = loader(path, tmp_path, batch_size=128, cells=cells)
+    assert load.block_size == "chunk"
+    ds = load.dataset
+    starts = ds.chunk_starts()
+    assert starts.shape[0] == ds.n_tiles * 4 + 1  # 4 chunks a tile: the blocks' edges
+    for epoch in range(2):
+        load.set_epoch(epoch)
+        seen = np.concatenate([b.index for b in load])
+        np.testing.assert_array_equal(np.sort(seen), np.arange(N_CELLS)[cells if cells is not None else slice(None)])
+        assert ds.chunks_decoded == (epoch + 1) * ds.n_tiles * 4  # each chunk once an epoch
+    block = np.searchsorted(starts, seen, side="right")  # the chunk of each cell, in the order yielded
+    runs = np.flatnonzero(np.diff(block)) + 1
+    assert np.unique(block).shape[0] == ds.n_tiles * 4  # cells of every chunk
+    assert runs.shape[0] > ds.n_tiles * 4  # shuffled within windows, not chunk by chunk
+
+
+def test_blocks_of_cells(path, tmp_path):
+    load = loader(path, tmp_path, batch_size=128, block_size=TILE_SIZE, buffer_size=TILE_SIZE)
+    batch = next(iter(load))
+    assert load.block_size == TILE_SIZE
+    assert np.unique(batch.index // TILE_SIZE).shape[0] == 1  # a window is one tile
+
+
 # ---------------------------------------------------------------------- sources and selections
 
 
@@ -229,6 +268,8 @@ def test_the_loader_pickles_to_its_settings(path, tmp_path):
         ({"rank": 2, "world_size": 2}, InvalidValueError, "rank must be"),
         ({"gene_order": "sorted"}, InvalidValueError, "gene_order"),
         ({"seed": -1}, InvalidValueError, "seed"),
+        ({"block_size": "tile"}, InvalidValueError, "block_size must be 'chunk'"),
+        ({"block_size": 0}, InvalidValueError, "block_size"),
     ],
 )
 def test_bad_arguments(path, tmp_path, options, error, match):

@@ -172,42 +172,54 @@ def test_an_epoch_of_whole_tile_blocks_gets_each_tile_once(
     assert _tile_gets(records) == Counter(dict.fromkeys(range(N_TILES), 1))
     assert s3_proxy.proxy.max_in_flight > 1
     assert load.dataset.tiles_decoded == N_TILES
-    # the next epoch: every tile is in the tile cache (the dataset fits in its default 256 MiB): no request
+    # the next epoch reads them again, once each: windows go past the tile cache (a chunk is read once an epoch)
     batches, records = _epoch_requests(s3_proxy, load, 1)
     assert len(batches) == N_BATCHES
-    assert records == []
+    _assert_whole_tile_gets(load, records)
+    assert _tile_gets(records) == Counter(dict.fromkeys(range(N_TILES), 1))
+    assert len(load.dataset.cache) == 0
 
 
-def test_an_epoch_of_default_blocks_gets_a_tile_at_most_once_per_window(
+def test_an_epoch_of_chunk_blocks_decodes_each_chunk_once(
     s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
 ) -> None:
-    """Blocks of one chunk's worth of cells: each window reads its tiles whole, and decodes only their chunks wanted.
-
-    A tile whose blocks fall in several windows is fetched whole again by each window that needs a chunk not
-    yet decoded: more than one GET per tile per epoch (up to the tile's number of blocks, ``N_CHUNKS``). The
-    decoded chunks stay in the tile cache: each chunk is decoded once per epoch, and a later epoch whose tiles
-    all fit in the cache makes no request.
+    """Blocks of one chunk each (the default): the chunk tables are read when the loader is made (one ranged GET
+    of each tile's first bytes), then each window reads the chunks it wants: a tile's first read is whole (its
+    prefix is then kept), the next ones only the frames of the chunks wanted. Each chunk is decoded once.
     """
+    s3_proxy.proxy.reset()
     load = CellLoader(
         proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, storage_options=s3_proxy.storage_options,
         cache_dir=tmp_path / "cache",
     )  # fmt: skip
-    assert load.block_size == TILE_SIZE // N_CHUNKS
+    assert load.block_size == "chunk"
+    heads = [record for record in s3_proxy.proxy.requests() if "/tiles/" in record.path]
+    assert _tile_gets(heads) == Counter(dict.fromkeys(range(N_TILES), 1))
+    assert all(record.range is not None and record.range.startswith("bytes=0-") for record in heads)
+    assert sum(record.bytes for record in heads) == N_TILES * (64 + 96 * N_CHUNKS)  # header and chunk table
+    chunk_starts = load.dataset.chunk_starts()
+    assert len(load._blocks) == N_TILES * N_CHUNKS and chunk_starts[-1] == N_CELLS
+
     batches, records = _epoch_requests(s3_proxy, load, 0)
     assert len(batches) == N_BATCHES
-    # observed: 27 GETs for 10 tiles (2-3 per tile; 30 (window, tile) pairs, a window holding cells of 6 tiles),
-    # 2.7 times the tiles' bytes; 0 ranged reads (50 cells of a tile are expected to touch every chunk, so a
-    # ranged read never pays); max_in_flight 12
-    _assert_whole_tile_gets(load, records)
-    per_tile = _tile_gets(records)
-    windows = _windows_per_tile(batches)
-    assert set(per_tile) == set(range(N_TILES))
-    assert all(1 <= per_tile[t] <= windows[t] <= N_CHUNKS for t in range(N_TILES)), (per_tile, windows)
-    assert s3_proxy.proxy.max_in_flight > 1
+    np.testing.assert_array_equal(np.sort(np.concatenate([b.index for b in batches])), np.arange(N_CELLS))
+    # observed: each tile read whole by its first window (or two, read at once), and again by a window wanting
+    # more than half its bytes; other windows read the frames of their chunks alone (ranges not from byte 0)
+    tile_bytes = np.asarray(load.dataset.manifest.tile_bytes)
+    whole = {_tile_number(r) for r in records if r.bytes == tile_bytes[_tile_number(r)]}
+    assert whole == set(range(N_TILES))
+    frames = [r for r in records if r.bytes < tile_bytes[_tile_number(r)]]
+    assert frames and all(r.range is not None and not r.range.startswith("bytes=0-") for r in frames)
+    first_epoch_bytes = sum(r.bytes for r in records)
+    assert first_epoch_bytes < 3 * tile_bytes.sum()  # a whole tile for each of its blocks: N_CHUNKS times
     assert load.dataset.chunks_decoded == N_TILES * N_CHUNKS  # no chunk decoded twice
+    assert s3_proxy.proxy.max_in_flight > 1
+    # the next epoch: every prefix is kept, so no prefix is read again
     batches, records = _epoch_requests(s3_proxy, load, 1)
     assert len(batches) == N_BATCHES
-    assert records == []
+    assert all(r.bytes == tile_bytes[_tile_number(r)] or not r.range.startswith("bytes=0-") for r in records)
+    assert sum(r.bytes for r in records) <= first_epoch_bytes
+    assert load.dataset.chunks_decoded == 2 * N_TILES * N_CHUNKS
 
 
 @pytest.mark.parametrize("prefetch", [1, 2])
@@ -285,16 +297,16 @@ def test_a_resumed_loader_reads_only_the_windows_left(
 
 
 def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp_path: Path) -> None:
-    """Tiles large enough that a block's chunks are a small part of them: a window holding one block of a tile
-    reads the tile's prefix and the frames of the block's chunks (about two: chunks are cut by nonzeros, blocks
-    by cells), not the whole tile; an epoch moves about twice the dataset's bytes, not once per block (8x)."""
+    """Tiles large enough that a chunk is a small part of them: a window holding one block (one chunk) of a tile
+    reads the tile's prefix (the first time) and the frames of the block's chunk, not the whole tile; an epoch
+    moves about the dataset's bytes, not once per block (8x)."""
     source = synthetic_counts(4096, 600, seed=5)
     url = f"{s3_proxy.url}/large"
     deltacells.write_deltacells(
         source, url, storage_options=s3_proxy.direct_storage_options, tile_size=1024, n_chunks=8, progress=False
     )
     load = CellLoader(url, batch_size=128, buffer_size=256, storage_options=s3_proxy.storage_options)
-    assert load.block_size == 128
+    assert load.block_size == "chunk"
     batches, records = _epoch_requests(s3_proxy, load, 0)
     seen = np.concatenate([b.index for b in batches])
     np.testing.assert_array_equal(np.sort(seen), np.arange(4096))
@@ -305,4 +317,5 @@ def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp
     stored = int(load.dataset.manifest.tile_bytes.sum())
     assert load.dataset._tiles.tiles_read_ranged > 0
     assert any(r.range is not None and not r.range.startswith("bytes=0-") for r in tiles)  # frames, not whole
-    assert moved < 3 * stored, (moved, stored)  # whole tiles, once per block: 8 times the bytes
+    assert moved < 1.5 * stored, (moved, stored)  # whole tiles, once per block: 8 times the bytes
+    assert load.dataset.chunks_decoded == 4 * 8

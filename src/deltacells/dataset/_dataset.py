@@ -133,6 +133,35 @@ class Dataset:
         """
         return self._tiles.chunks_decoded
 
+    def chunk_starts(self) -> np.ndarray:
+        """The first cell of each chunk of each tile, then ``n_cells``: where the units of decoding start.
+
+        Read from the tiles' headers and chunk tables on the first call (a ranged request of under a
+        kilobyte per tile, many in flight), then kept. Chunks hold about equal nonzeros, so their cells
+        are not known from the manifest alone. A training loader cuts its blocks there, so that each
+        chunk is decoded once per epoch.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``int64``, increasing (read-only); every tile's first cell is among them.
+
+        Raises
+        ------
+        FormatError
+            If a tile's header or chunk table breaks a rule of the format or disagrees with the manifest.
+        MissingObjectError
+            If a tile is not there.
+        """
+        starts = self.__dict__.get("_chunk_starts")
+        if starts is None:
+            from deltacells.tiles._chunk_layout import read_chunk_starts
+
+            starts = read_chunk_starts(self._tiles)
+            starts.flags.writeable = False
+            self._chunk_starts = starts
+        return starts
+
     def tile_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tile and local row of each global cell index (``searchsorted`` on the limits)."""
         cells = np.asarray(cells, dtype=np.int64)
@@ -257,21 +286,62 @@ class Dataset:
         scipy.sparse.csr_matrix
             ``len(rows) x n_genes``.
         """
+        (matrix,) = self.read_row_batches(index, None, dtype=dtype, sort_columns=sort_columns)
+        return matrix
+
+    def read_row_batches(
+        self,
+        index: Any,
+        cuts: Any,
+        *,
+        dtype: DTypeLike = np.float32,
+        sort_columns: bool = True,
+        threads: int | None = None,
+    ) -> list[sparse.csr_matrix]:
+        """:meth:`read_rows_uncached`, its rows cut into matrices of their own (a training loader's batches).
+
+        Parameters
+        ----------
+        index
+            As for :meth:`read_rows`.
+        cuts
+            Increasing row numbers from 0 to the number of rows: matrix ``k`` holds rows
+            ``cuts[k] .. cuts[k + 1] - 1``, in arrays of its own (``None``: one matrix). Each row is
+            written once, into its matrix: none is cut from a larger one (scipy would copy such views).
+        dtype, sort_columns
+            As for :meth:`read_rows_uncached`.
+        threads
+            Threads reading and decoding (default: the dataset's); 1 reads on the calling thread alone, for a
+            caller reading several sets of rows at once on threads of its own.
+
+        Raises
+        ------
+        InvalidValueError
+            If ``cuts`` do not go from 0 to the number of rows, increasing.
+        """
         from deltacells.tiles._chunk_rows import read_rows_by_chunk
 
         rows = normalize_rows(index, self.n_cells)
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+        n = rows.shape[0]
+        cuts = np.array([0, n], dtype=np.int64) if cuts is None else np.asarray(cuts, dtype=np.int64)
+        if cuts.ndim != 1 or cuts.shape[0] < 2 or cuts[0] != 0 or cuts[-1] != n or np.any(np.diff(cuts) < 0):
+            msg = f"cuts must be increasing row numbers from 0 to the number of rows ({n}), got {cuts!r}"
+            raise InvalidValueError(msg)
         dtype = np.dtype(dtype)
         decoded = dtype if dtype in DIRECT_DTYPES else np.dtype(np.float64 if dtype.kind == "f" else np.int64)
-        matrix, large = read_rows_by_chunk(self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns)
+        matrices, large = read_rows_by_chunk(
+            self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads
+        )
         self._warn_if_inexact(large, dtype)
-        if decoded != dtype:
-            matrix.data = matrix.data.astype(dtype)
         sorted_rows = self._columns is None or sort_columns
-        matrix.has_sorted_indices = sorted_rows  # set, not computed (see _csr)
-        matrix.has_canonical_format = sorted_rows
-        return matrix
+        for matrix in matrices:
+            if decoded != dtype:
+                matrix.data = matrix.data.astype(dtype)
+            matrix.has_sorted_indices = sorted_rows  # set, not computed (see _csr)
+            matrix.has_canonical_format = sorted_rows
+        return matrices
 
     def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
         """Cells ``start .. stop - 1``: the tiles wanted whole and not cached decode straight into the output.

@@ -3,8 +3,9 @@
 No data is read to make a plan, and the plan is the same in every process, which is what makes the loader
 deterministic, shardable and resumable:
 
-1. **Blocks.** The selected cells are cut into blocks: runs of at most ``block_size`` consecutive selected
-   cells within one tile (so that a block decodes from one tile, often from one of its chunks).
+1. **Blocks.** The selected cells are cut into blocks: the selected cells of each chunk of each tile (so
+   that a block decodes one chunk, and each chunk is decoded once per epoch), or runs of at most
+   ``block_size`` consecutive selected cells within one tile.
 2. **Epoch order.** The blocks are put in a random order drawn from ``(seed, epoch)`` (or kept in order
    without shuffling), and the resulting stream of cells is cut into ``world_size`` shards of equal numbers of
    cells (a block on a boundary is split); rank ``r`` takes shard ``r``.
@@ -23,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Blocks", "EpochPlan", "Window", "make_blocks"]
+__all__ = ["Blocks", "EpochPlan", "Window", "blocks_between", "make_blocks"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,17 @@ def make_blocks(tile_bounds: np.ndarray, block_size: int) -> Blocks:
     within = np.arange(tile.shape[0], dtype=np.int64) - np.repeat(first_block, per_tile)
     starts = lo[tile] + within * block_size
     return Blocks(starts, np.minimum(starts + block_size, hi[tile]))
+
+
+def blocks_between(bounds: np.ndarray) -> Blocks:
+    """Blocks from consecutive ``bounds`` (increasing selection positions, repeats allowed): one per run.
+
+    For blocks that follow the tiles' chunks (the bounds of :meth:`LoaderSource.chunk_bounds`), so that
+    each block decodes one chunk; bounds with no cell between them make no block.
+    """
+    bounds = np.asarray(bounds, dtype=np.int64)
+    keep = bounds[1:] > bounds[:-1]
+    return Blocks(bounds[:-1][keep], bounds[1:][keep])
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,14 @@ class LoaderSource:
         edges = np.append(manifest.starts, manifest.n_cells).astype(np.int64)
         return edges if self.cells is None else np.searchsorted(self.cells, edges).astype(np.int64)
 
+    def chunk_bounds(self) -> np.ndarray:
+        """``int64``: where each chunk's selected cells start among the selected cells, then their number.
+
+        Increasing, with repeats for chunks holding no selected cell; every tile's bound is among them.
+        """
+        edges = self.dataset.chunk_starts()
+        return edges.copy() if self.cells is None else np.searchsorted(self.cells, edges).astype(np.int64)
+
     def cell_numbers(self, positions: np.ndarray) -> np.ndarray:
         """The cell numbers of selection ``positions``."""
         return positions if self.cells is None else self.cells[positions]

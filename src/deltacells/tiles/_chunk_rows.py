@@ -34,9 +34,10 @@ from deltacells.format import (
     problem_from_error,
     tile_path,
 )
-from deltacells.tiles._ranged import HeaderCounts, ranged_read_pays, submit_ranged_fetch
+from deltacells.tiles._ranged import RANGED_MAX_SHARE, HeaderCounts, ranged_read_pays, submit_ranged_fetch
 
 if TYPE_CHECKING:
+    from deltacells.codec import TilePrefix
     from deltacells.codec._decode import CheckedTile
     from deltacells.tiles._reader import TileReader
 
@@ -61,8 +62,10 @@ def read_rows_by_chunk(
     dtype: np.dtype,
     columns: np.ndarray | None = None,
     sort: bool = True,
-) -> tuple[sparse.csr_matrix, bool]:
-    """Cells ``rows``, in that order, as a CSR matrix: each chunk holding one decoded once, past the tile cache.
+    cuts: np.ndarray | None = None,
+    threads: int | None = None,
+) -> tuple[list[sparse.csr_matrix], bool]:
+    """Cells ``rows``, in that order, as CSR matrices: each chunk holding one decoded once, past the tile cache.
 
     Parameters
     ----------
@@ -76,12 +79,20 @@ def read_rows_by_chunk(
         ``int32[n_genes]``: the output column of each stored gene (None: the stored order).
     sort
         With ``columns``, sort each row's columns (a canonical CSR); else they stay in stored order.
+    cuts
+        Where the output is cut into matrices of their own: increasing row numbers from 0 to ``len(rows)``
+        (default: one matrix). Each is written in place, not cut from a larger one (a training loader's
+        batches: scipy copies a matrix made of views of larger arrays).
+    threads
+        Threads reading tiles and decoding chunks (the shared pool's), or 1: all on the calling thread
+        (for a caller that reads several windows at once, each on a thread of its own); default: the
+        reader's.
 
     Returns
     -------
     tuple
-        The matrix (``len(rows) x n_genes``; int32 indices unless its nonzeros need int64), and whether a
-        count exceeds 2^24 (not exact in float32).
+        The matrices (rows ``cuts[k] .. cuts[k + 1] - 1`` of the output, ``x n_genes``; int32 indices unless
+        their nonzeros need int64), and whether a count exceeds 2^24 (not exact in float32).
 
     Raises
     ------
@@ -91,25 +102,24 @@ def read_rows_by_chunk(
         If a tile is not there.
     """
     rows = np.asarray(rows, dtype=np.int64)
+    n = rows.shape[0]
+    cuts = np.array([0, n], dtype=np.int64) if cuts is None else np.asarray(cuts, dtype=np.int64)
     manifest = reader.manifest
     starts = np.asarray(manifest.starts, dtype=np.int64)
     order = np.argsort(rows, kind="stable")
     ordered = rows[order]
     tiles = np.searchsorted(starts, ordered, side="right") - 1
     needed, first = np.unique(tiles, return_index=True)
-    bounds = np.append(first, rows.shape[0])
+    bounds = np.append(first, n)
     wanted = [ordered[bounds[k] : bounds[k + 1]] - starts[t] for k, t in enumerate(needed.tolist())]
-    parts = _checked_tiles(reader, needed, wanted)
+    parallel = (reader.n_threads if threads is None else threads) > 1
+    parts = _checked_tiles(reader, needed, wanted, parallel=parallel)
 
-    lengths = np.empty(rows.shape[0], dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
     for k, part in enumerate(parts):  # each wanted cell's row length, from its tile's (checked) indptr
         indptr = part.checked.indptr
         lengths[order[bounds[k] : bounds[k + 1]]] = indptr[wanted[k] + 1] - indptr[wanted[k]]
-    out_indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out_indptr[1:])
-    nnz = int(out_indptr[-1])
-    out_indices = np.empty(nnz, dtype=np.int32 if nnz < 2**31 else np.int64)
-    out_data = np.empty(nnz, dtype=dtype)
+    outputs = _Outputs(lengths, cuts, dtype)
     jobs = [
         (part, chunk, wanted[k], order[bounds[k] : bounds[k + 1]])
         for k, part in enumerate(parts)
@@ -118,19 +128,44 @@ def read_rows_by_chunk(
     reader.count_reads(chunks=len(jobs))
 
     def decode(part: _Chunks, chunk: int, local: np.ndarray, slots: np.ndarray) -> bool:
-        return _decode_chunk_rows(reader, part, chunk, local, slots, out_indptr, out_indices, out_data, columns, sort)
+        return _decode_chunk_rows(reader, part, chunk, local, slots, outputs, columns, sort)
 
-    if reader.n_threads > 1 and len(jobs) > 1 and nnz >= PARALLEL_MIN_NNZ:
+    if parallel and len(jobs) > 1 and outputs.nnz >= PARALLEL_MIN_NNZ:
         futures = [shared_pool().submit(decode, *job) for job in jobs]
         large = [future.result() for future in futures]  # every one (a failed decode raises here)
     else:
         large = [decode(*job) for job in jobs]
-    matrix = sparse.csr_matrix(
-        (out_data, out_indices, out_indptr.astype(out_indices.dtype, copy=False)),
-        shape=(rows.shape[0], manifest.n_genes),
-        copy=False,
-    )
-    return matrix, any(large)
+    return outputs.matrices(manifest.n_genes), any(large)
+
+
+class _Outputs:
+    """The output matrices' arrays, each of its own; and for each output row, its matrix and row in it."""
+
+    def __init__(self, lengths: np.ndarray, cuts: np.ndarray, dtype: np.dtype) -> None:
+        from numba.typed import List  # numba loads on the first decode, not on import
+
+        n_pieces = cuts.shape[0] - 1
+        self.piece = np.repeat(np.arange(n_pieces, dtype=np.int64), np.diff(cuts))
+        self.row = np.arange(lengths.shape[0], dtype=np.int64) - cuts[self.piece]
+        self.indptrs = []
+        for k in range(n_pieces):
+            indptr = np.zeros(int(cuts[k + 1] - cuts[k]) + 1, dtype=np.int64)
+            np.cumsum(lengths[cuts[k] : cuts[k + 1]], out=indptr[1:])
+            self.indptrs.append(indptr)
+        sizes = [int(indptr[-1]) for indptr in self.indptrs]
+        self.nnz = sum(sizes)
+        index_dtype = np.int32 if max(sizes, default=0) < 2**31 else np.int64
+        self.indices = [np.empty(size, dtype=index_dtype) for size in sizes]
+        self.data = [np.empty(size, dtype=dtype) for size in sizes]
+        self.typed = (List(self.indptrs), List(self.indices), List(self.data))
+
+    def matrices(self, n_genes: int) -> list[sparse.csr_matrix]:
+        return [
+            sparse.csr_matrix(
+                (data, indices, indptr.astype(indices.dtype, copy=False)), shape=(indptr.shape[0] - 1, n_genes)
+            )
+            for indptr, indices, data in zip(self.indptrs, self.indices, self.data, strict=True)
+        ]
 
 
 def _decode_chunk_rows(
@@ -139,9 +174,7 @@ def _decode_chunk_rows(
     chunk: int,
     local: np.ndarray,
     slots: np.ndarray,
-    out_indptr: np.ndarray,
-    out_indices: np.ndarray,
-    out_data: np.ndarray,
+    outputs: _Outputs,
     columns: np.ndarray | None,
     sort: bool,
 ) -> bool:
@@ -151,39 +184,64 @@ def _decode_chunk_rows(
     their output rows. The chunk's arrays are still in this core's cache when its rows are copied.
     """
     from deltacells.codec._layout import CELL_HI, CELL_LO, NNZ_HI, NNZ_LO
-    from deltacells.tiles._gather import gather_rows  # numba loads on the first decode
+    from deltacells.tiles._gather import gather_rows_split  # numba loads on the first decode
 
     row = part.checked.table[chunk]
     cell_lo, cell_hi, nnz_lo, nnz_hi = (int(row[k]) for k in (CELL_LO, CELL_HI, NNZ_LO, NNZ_HI))
     lo, hi = np.searchsorted(local, [cell_lo, cell_hi])
     indices = np.empty(nnz_hi - nnz_lo, dtype=np.int32)
-    data = np.empty(nnz_hi - nnz_lo, dtype=out_data.dtype)
+    data = np.empty(nnz_hi - nnz_lo, dtype=outputs.data[0].dtype)
     try:
         large = part.checked.decode_chunk_into(chunk, indices, data, columns, sort=sort)
     except FormatError as exc:
         url = reader.store.url
         raise problem_from_error(tile_path(part.tile), exc, url=url).to_exception(url) from exc
     indptr = np.asarray(part.checked.indptr[cell_lo : cell_hi + 1], dtype=np.int64) - nnz_lo
-    gather_rows(indptr, indices, data, local[lo:hi] - cell_lo, out_indptr, slots[lo:hi], out_indices, out_data)
+    mine = slots[lo:hi]
+    gather_rows_split(
+        indptr, indices, data, local[lo:hi] - cell_lo, outputs.piece[mine], outputs.row[mine], *outputs.typed
+    )
     return large
 
 
-def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarray]) -> list[_Chunks]:
-    """Each tile read and checked (in parallel), with the chunks holding its wanted cells."""
+def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarray], *, parallel: bool) -> list[_Chunks]:
+    """Each tile read and checked, with the chunks holding its wanted cells.
+
+    A tile whose prefix the reader keeps (from an earlier read) is read in ranges, only the frames of the
+    chunks wanted, when those are at most ``RANGED_MAX_SHARE`` of its bytes; else it is read whole (and
+    its CRC-32 checked). A local tile's prefix is kept only from a whole read, so each tile's CRC-32 is
+    checked the first time it is read. A remote tile whose prefix is not kept is read in ranges (its
+    prefix, then the frames) when :func:`ranged_read_pays` says so. Local tiles are read on the shared pool
+    (``parallel``), remote ones with the store's requests in flight at once.
+    """
     store = reader.store
-    if store.is_local:
-        if tiles.shape[0] > 1 and reader.n_threads > 1:
-            pool = shared_pool()
-            futures = [pool.submit(_read_local, reader, int(t), w) for t, w in zip(tiles, wanted, strict=True)]
-            return [future.result() for future in futures]
-        return [_read_local(reader, int(t), w) for t, w in zip(tiles, wanted, strict=True)]
-    fetches: list[tuple[int, bool, Future[Any], np.ndarray]] = []
+    manifest = reader.manifest
+    plans = []
     for t, w in zip(tiles.tolist(), wanted, strict=True):
-        if ranged_read_pays(store, reader.manifest, t, w.shape[0], cells=w):
-            fetches.append((t, True, submit_ranged_fetch(store, reader.manifest, t, w), w))
+        prefix = reader.prefix_of(t)
+        if prefix is not None:
+            chunks = prefix.chunks_for_cells(w)
+            frames = prefix.frame_bytes(chunks) <= RANGED_MAX_SHARE * int(manifest.tile_bytes[t])
+            plans.append((t, w, prefix if frames else None, frames))
         else:
-            fetches.append((t, False, reader._submit_fetch(t), w))
+            plans.append((t, w, None, ranged_read_pays(store, manifest, t, w.shape[0], cells=w)))
+    if store.is_local:
+        reads = [
+            (_read_local_ranged, reader, t, w, prefix) if ranged else (_read_local, reader, t, w)
+            for t, w, prefix, ranged in plans
+        ]
+        if len(reads) > 1 and parallel:
+            pool = shared_pool()
+            futures = [pool.submit(*read) for read in reads]
+            return [future.result() for future in futures]
+        return [read[0](*read[1:]) for read in reads]
+    fetches: list[tuple[int, bool, Future[Any], np.ndarray]] = []
     try:
+        for t, w, prefix, ranged in plans:
+            if ranged:
+                fetches.append((t, True, submit_ranged_fetch(store, manifest, t, w, prefix=prefix), w))
+            else:
+                fetches.append((t, False, reader._submit_fetch(t), w))
         return [_from_fetch(reader, t, ranged, fetched, w) for t, ranged, fetched, w in fetches]
     finally:
         for _, _, fetched, _ in fetches:
@@ -197,38 +255,65 @@ def _read_local(reader: TileReader, tile: int, wanted: np.ndarray) -> _Chunks:
         blob = store.read(tile_path(tile), 0, int(reader.manifest.tile_bytes[tile]) + 1)
     except MissingObjectError as exc:
         raise missing_tile(tile, reader.fields).to_exception(store.url) from exc
-    checked = first_problem_raises(check_tile_bytes_against(blob, tile, reader.fields, url=store.url), store.url)
+    return _whole(reader, tile, blob, wanted)
+
+
+def _whole(reader: TileReader, tile: int, blob: Any, wanted: np.ndarray) -> _Chunks:
+    """A tile's whole bytes checked (CRC-32 included) against the manifest; its prefix kept for the next reads."""
+    from deltacells.codec import TilePrefix
+
+    url = reader.store.url
+    checked = first_problem_raises(check_tile_bytes_against(blob, tile, reader.fields, url=url), url)
     assert checked is not None
     reader.count_reads(whole=1)
+    prefix = TilePrefix(checked.header, np.array(checked.indptr, dtype=np.int64), checked.table.copy())
+    prefix.indptr.flags.writeable = prefix.table.flags.writeable = False
+    reader.keep_prefix(tile, prefix)
     return _Chunks(tile, checked, _chunks_holding(checked.table, wanted))
+
+
+def _read_local_ranged(reader: TileReader, tile: int, wanted: np.ndarray, prefix: TilePrefix) -> _Chunks:
+    """The frames of the chunks holding ``wanted`` of a local tile whose prefix (and CRC-32) was checked before."""
+    store = reader.store
+    chunks = prefix.chunks_for_cells(wanted)
+    name = tile_path(tile)
+    try:
+        pieces = [(start, store.read(name, start, end)) for start, end in prefix.frame_ranges(chunks)]
+    except MissingObjectError as exc:
+        raise missing_tile(tile, reader.fields).to_exception(store.url) from exc
+    return _ranged(reader, tile, prefix, pieces, chunks)
+
+
+def _ranged(reader: TileReader, tile: int, prefix: TilePrefix, pieces: Any, chunks: np.ndarray) -> _Chunks:
+    """A tile to decode the ``chunks`` of, from its checked prefix and their frames (their sizes checked)."""
+    from deltacells.codec._partial import checked_pieces
+
+    url = reader.store.url
+    where = f"{url.rstrip('/')}/{tile_path(tile)}"
+    try:
+        checked = checked_pieces(prefix, pieces, chunks, name=where)
+    except FormatError as exc:
+        raise problem_from_error(tile_path(tile), exc, url=url).to_exception(url) from exc
+    reader.count_reads(ranged=1)
+    return _Chunks(tile, checked, np.asarray(chunks, dtype=np.intp))
 
 
 def _from_fetch(reader: TileReader, tile: int, ranged: bool, fetched: Future[Any], wanted: np.ndarray) -> _Chunks:
     """A remote tile from its fetch: whole (checked as a local one) or in ranges (prefix and frames)."""
-    from deltacells.codec._partial import checked_pieces
-
     store = reader.store
     try:
         got = fetched.result()
     except MissingObjectError as exc:
         raise missing_tile(tile, reader.fields).to_exception(store.url) from exc
     if not ranged:
-        checked = first_problem_raises(check_tile_bytes_against(got, tile, reader.fields, url=store.url), store.url)
-        assert checked is not None
-        reader.count_reads(whole=1)
-        return _Chunks(tile, checked, _chunks_holding(checked.table, wanted))
+        return _whole(reader, tile, got, wanted)
     prefix, pieces, chunks, _ = got
-    header = prefix.header
-    first_problem_raises(
-        check_tile(HeaderCounts(header.n_cells, header.nnz, header.n_genes), tile, reader.fields), store.url
-    )
-    where = f"{store.url.rstrip('/')}/{tile_path(tile)}"
-    try:
-        checked = checked_pieces(prefix, pieces, chunks, name=where)
-    except FormatError as exc:
-        raise problem_from_error(tile_path(tile), exc, url=store.url).to_exception(store.url) from exc
-    reader.count_reads(ranged=1)
-    return _Chunks(tile, checked, np.asarray(chunks, dtype=np.intp))
+    if reader.prefix_of(tile) is not prefix:  # a prefix fetched now: checked against the manifest, then kept
+        header = prefix.header
+        counts = HeaderCounts(header.n_cells, header.nnz, header.n_genes)
+        first_problem_raises(check_tile(counts, tile, reader.fields), store.url)
+        reader.keep_prefix(tile, prefix)
+    return _ranged(reader, tile, prefix, pieces, chunks)
 
 
 def _chunks_holding(table: np.ndarray, cells: np.ndarray) -> np.ndarray:

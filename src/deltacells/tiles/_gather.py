@@ -104,6 +104,25 @@ def gather_rows_mapped(
     _gather_runs(src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort)
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def gather_rows_split(
+    src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data
+):  # pragma: no cover
+    """Copy row ``rows[i]`` of the source into row ``piece_rows[i]`` of output ``pieces[i]``.
+
+    The outputs are separate CSR matrices (typed lists of their ``indptr``, ``indices`` and ``data``, the
+    row pointers already made), so that each is an array of its own, not a view of a larger one: a
+    training loader's batches, which scipy would copy again if they were views.
+    """
+    for i in range(rows.shape[0]):
+        p = pieces[i]
+        start = src_indptr[rows[i]]
+        n = src_indptr[rows[i] + 1] - start
+        dest = out_indptrs[p][piece_rows[i]]
+        _copy(src_data[start : start + n], out_data[p][dest : dest + n])
+        _copy(src_indices[start : start + n], out_indices[p][dest : dest + n])
+
+
 #: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
 SORT_TASK_NNZ = 1 << 20
 

@@ -141,7 +141,13 @@ def chunks_to_decode(
 
 
 def submit_ranged_fetch(
-    store: BaseStore, manifest: Manifest, tile: int, rows: np.ndarray, *, held: DecodedTile | None = None
+    store: BaseStore,
+    manifest: Manifest,
+    tile: int,
+    rows: np.ndarray,
+    *,
+    held: DecodedTile | None = None,
+    prefix: TilePrefix | None = None,
 ) -> Future[RangedFetch]:
     """Start reading the prefix of ``tile``, then the frames of the chunks that hold ``rows`` (and ``held`` lacks).
 
@@ -161,6 +167,8 @@ def submit_ranged_fetch(
     held
         A partial decoding of the tile (from the cache): its chunks are not fetched (when its chunk
         boundaries are the prefix's), and :func:`decode_ranged` merges it in.
+    prefix
+        The tile's prefix, parsed before (by a reader that keeps them): only the frames are fetched.
 
     Returns
     -------
@@ -190,6 +198,9 @@ def submit_ranged_fetch(
         except BaseException as exc:
             fail(exc)
             return
+        fetch_frames(prefix)
+
+    def fetch_frames(prefix: TilePrefix) -> None:
         try:
             chunks, skip = chunks_to_decode(prefix, prefix.chunks_for_cells(rows), held)
             ranges = prefix.frame_ranges(chunks)
@@ -226,6 +237,9 @@ def submit_ranged_fetch(
             if len(pieces) == n:
                 out.set_result(RangedFetch(prefix, pieces, chunks, skip))
 
+    if prefix is not None:
+        fetch_frames(prefix)
+        return out
     want = min(size, prefix_size(n_cells, min(int(manifest.n_chunks), n_cells)))
     store.submit_read(name, 0, want).add_done_callback(on_prefix)
     return out

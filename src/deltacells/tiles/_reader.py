@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ from deltacells.tiles._ranged import (
 )
 
 if TYPE_CHECKING:
-    from deltacells.codec import DecodedTile
+    from deltacells.codec import DecodedTile, TilePrefix
     from deltacells.format import Checker, Manifest, ManifestFields
     from deltacells.storage import BaseStore
 
@@ -57,6 +57,10 @@ __all__ = ["DEFAULT_PREFETCH_BYTES", "DEFAULT_TILE_CACHE_BYTES", "TileReader"]
 
 #: Default bound on the decoded tiles a dataset keeps in memory.
 DEFAULT_TILE_CACHE_BYTES = 256 * 2**20
+
+#: Bound on the tile prefixes (header, chunk table, indptr) a reader keeps for reads past the cache: about
+#: 17 KiB a tile of 2,048 cells, so 64 MiB keep those of about 3,800 tiles (7.8 million cells).
+PREFIX_CACHE_BYTES = 64 * 2**20
 
 #: Default bound on the compressed bytes fetched ahead of the decoders by :meth:`TileReader.iter_tiles`.
 DEFAULT_PREFETCH_BYTES = 256 * 2**20
@@ -113,6 +117,8 @@ class TileReader:
         self._decoded = 0
         self._chunks = 0
         self._ranged = 0
+        self._prefixes: OrderedDict[int, TilePrefix] = OrderedDict()
+        self._prefix_bytes = 0
         self._reset_locks()
 
     def _reset_locks(self) -> None:
@@ -340,6 +346,31 @@ class TileReader:
     def fields(self) -> ManifestFields:
         """The manifest's sizes, cells, nonzeros and genes, which every tile is checked against."""
         return self._fields
+
+    def prefix_of(self, tile: int) -> TilePrefix | None:
+        """The prefix (header, chunk table, indptr) of ``tile`` kept by :meth:`keep_prefix`, if it still is.
+
+        A local tile's prefix is kept only once the whole tile was read and its CRC-32 checked, so a
+        reader holding it may read the tile's frames alone (``tiles._chunk_rows``).
+        """
+        with self._guard():
+            prefix = self._prefixes.get(tile)
+            if prefix is not None:
+                self._prefixes.move_to_end(tile)
+            return prefix
+
+    def keep_prefix(self, tile: int, prefix: TilePrefix) -> None:
+        """Keep ``tile``'s checked prefix (the least recently used go past ``PREFIX_CACHE_BYTES``)."""
+        size = prefix.indptr.nbytes + prefix.table.nbytes
+        with self._guard():
+            old = self._prefixes.pop(tile, None)
+            if old is not None:
+                self._prefix_bytes -= old.indptr.nbytes + old.table.nbytes
+            self._prefixes[tile] = prefix
+            self._prefix_bytes += size
+            while self._prefix_bytes > PREFIX_CACHE_BYTES and len(self._prefixes) > 1:
+                _, gone = self._prefixes.popitem(last=False)
+                self._prefix_bytes -= gone.indptr.nbytes + gone.table.nbytes
 
     def _count_whole(self, n_chunks: int) -> None:
         self.count_reads(whole=1, chunks=n_chunks)
