@@ -10,7 +10,7 @@ same cells, on this machine:
 - **tiledbsoma-ml** (``ExperimentDataset`` over a TileDB-SOMA experiment written by
   ``tiledbsoma.io.from_anndata``; its defaults: IO batches of 65,536 cells, shuffle chunks of 64);
 - **naive**: ``adata[random batch].X`` on a backed h5ad, a fresh random batch each time;
-- **deltacells** with its default knobs (blocks of one chunk of a tile, windows of 8,192 cells), with whole
+- **deltacells** with its default knobs (blocks of one chunk of a tile, windows of 16,384 cells), with whole
   tiles (``block_size=tile_size``), in the stored gene order (no column map, no sort of each row), and over a
   grid of ``block_size`` x ``buffer_size``.
 
@@ -749,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=60, help="stop a timed run after this long")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of timed runs (best kept)")
     parser.add_argument("--block-sizes", default="16,64,chunk,2048", help="cells, or 'chunk' (the default)")
-    parser.add_argument("--buffer-sizes", default="2048,8192,32768")
+    parser.add_argument("--buffer-sizes", default="2048,8192,16384,32768")
     parser.add_argument(
         "--grid-throughput",
         action=argparse.BooleanOptionalAction,

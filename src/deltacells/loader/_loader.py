@@ -31,7 +31,7 @@ CHUNK_BLOCKS = "chunk"
 
 #: Cells per window unless the caller says: this many batches' worth, and at least DEFAULT_MIN_BUFFER.
 DEFAULT_BUFFER_BATCHES = 16
-DEFAULT_MIN_BUFFER = 8192
+DEFAULT_MIN_BUFFER = 16384
 
 
 @dataclass
@@ -110,7 +110,7 @@ class CellLoader:
         within a tile; smaller than a chunk, they mix cells from more tiles into each batch, at the cost of
         decoding each chunk several times per epoch (and a block across two chunks decodes both).
     buffer_size
-        Cells per window, shuffled together (default: 16 batches, at least 8,192 cells). Larger windows give
+        Cells per window, shuffled together (default: 16 batches, at least 16,384 cells). Larger windows give
         batches closer to uniform random sampling, for more memory.
     prefetch
         Windows read ahead of the consumer (each holds ``buffer_size`` decoded cells).

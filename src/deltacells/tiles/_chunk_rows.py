@@ -184,7 +184,7 @@ def _decode_chunk_rows(
     their output rows. The chunk's arrays are still in this core's cache when its rows are copied.
     """
     from deltacells.codec._layout import CELL_HI, CELL_LO, NNZ_HI, NNZ_LO
-    from deltacells.tiles._gather import gather_rows_split  # numba loads on the first decode
+    from deltacells.tiles._gather import gather_rows_split, gather_rows_split_sorted  # numba loads on first decode
 
     row = part.checked.table[chunk]
     cell_lo, cell_hi, nnz_lo, nnz_hi = (int(row[k]) for k in (CELL_LO, CELL_HI, NNZ_LO, NNZ_HI))
@@ -192,15 +192,18 @@ def _decode_chunk_rows(
     indices = np.empty(nnz_hi - nnz_lo, dtype=np.int32)
     data = np.empty(nnz_hi - nnz_lo, dtype=outputs.data[0].dtype)
     try:
-        large = part.checked.decode_chunk_into(chunk, indices, data, columns, sort=sort)
+        # Mapped rows are sorted as they are copied out (only those wanted, and one pass fewer).
+        large = part.checked.decode_chunk_into(chunk, indices, data, columns, sort=False)
     except FormatError as exc:
         url = reader.store.url
         raise problem_from_error(tile_path(part.tile), exc, url=url).to_exception(url) from exc
     indptr = np.asarray(part.checked.indptr[cell_lo : cell_hi + 1], dtype=np.int64) - nnz_lo
     mine = slots[lo:hi]
-    gather_rows_split(
-        indptr, indices, data, local[lo:hi] - cell_lo, outputs.piece[mine], outputs.row[mine], *outputs.typed
-    )
+    where = (local[lo:hi] - cell_lo, outputs.piece[mine], outputs.row[mine])
+    if columns is not None and sort:
+        gather_rows_split_sorted(indptr, indices, data, *where, *outputs.typed, columns.shape[0])
+    else:
+        gather_rows_split(indptr, indices, data, *where, *outputs.typed)
     return large
 
 
@@ -220,15 +223,15 @@ def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarra
     for t, w in zip(tiles.tolist(), wanted, strict=True):
         prefix = reader.prefix_of(t)
         if prefix is not None:
-            chunks = prefix.chunks_for_cells(w)
+            chunks = _chunks_holding(prefix.table, w)
             frames = prefix.frame_bytes(chunks) <= RANGED_MAX_SHARE * int(manifest.tile_bytes[t])
-            plans.append((t, w, prefix if frames else None, frames))
+            plans.append((t, w, (prefix, chunks) if frames else None, frames))
         else:
             plans.append((t, w, None, ranged_read_pays(store, manifest, t, w.shape[0], cells=w)))
     if store.is_local:
         reads = [
-            (_read_local_ranged, reader, t, w, prefix) if ranged else (_read_local, reader, t, w)
-            for t, w, prefix, ranged in plans
+            (_read_local_ranged, reader, t, *known) if ranged else (_read_local, reader, t, w)
+            for t, w, known, ranged in plans
         ]
         if len(reads) > 1 and parallel:
             pool = shared_pool()
@@ -237,8 +240,9 @@ def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarra
         return [read[0](*read[1:]) for read in reads]
     fetches: list[tuple[int, bool, Future[Any], np.ndarray]] = []
     try:
-        for t, w, prefix, ranged in plans:
+        for t, w, known, ranged in plans:
             if ranged:
+                prefix = None if known is None else known[0]
                 fetches.append((t, True, submit_ranged_fetch(store, manifest, t, w, prefix=prefix), w))
             else:
                 fetches.append((t, False, reader._submit_fetch(t), w))
@@ -272,10 +276,9 @@ def _whole(reader: TileReader, tile: int, blob: Any, wanted: np.ndarray) -> _Chu
     return _Chunks(tile, checked, _chunks_holding(checked.table, wanted))
 
 
-def _read_local_ranged(reader: TileReader, tile: int, wanted: np.ndarray, prefix: TilePrefix) -> _Chunks:
-    """The frames of the chunks holding ``wanted`` of a local tile whose prefix (and CRC-32) was checked before."""
+def _read_local_ranged(reader: TileReader, tile: int, prefix: TilePrefix, chunks: np.ndarray) -> _Chunks:
+    """The frames of ``chunks`` of a local tile whose prefix (and CRC-32) was checked before."""
     store = reader.store
-    chunks = prefix.chunks_for_cells(wanted)
     name = tile_path(tile)
     try:
         pieces = [(start, store.read(name, start, end)) for start, end in prefix.frame_ranges(chunks)]
@@ -317,7 +320,8 @@ def _from_fetch(reader: TileReader, tile: int, ranged: bool, fetched: Future[Any
 
 
 def _chunks_holding(table: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """The chunks (sorted, each once) holding tile-local ``cells`` (checked below the tile's cells)."""
+    """The chunks (sorted, each once) holding tile-local ``cells`` (sorted; below the tile's cells, as checked)."""
     from deltacells.codec._layout import CELL_HI
 
-    return np.unique(np.searchsorted(table[:, CELL_HI].astype(np.int64), cells, side="right")).astype(np.intp)
+    chunks = np.searchsorted(table[:, CELL_HI].astype(np.int64), cells, side="right").astype(np.intp)
+    return chunks[np.r_[True, chunks[1:] != chunks[:-1]]] if chunks.shape[0] else chunks

@@ -123,6 +123,84 @@ def gather_rows_split(
         _copy(src_indices[start : start + n], out_indices[p][dest : dest + n])
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def gather_rows_split_sorted(
+    src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data, n_columns
+):  # pragma: no cover
+    """:func:`gather_rows_split`, each row's columns sorted on the way (source rows mapped, not yet sorted).
+
+    A least-significant-digit radix sort of each row, 8 bits of the column a pass, whose last pass writes
+    into the output row: the copy and the sort are one. The counts of every pass come from one read of the
+    row, which also tells a row already in order (copied as it is).
+    """
+    n_passes = 1
+    while n_columns - 1 >= (1 << (8 * n_passes)) and n_passes < 4:
+        n_passes += 1
+    longest = 0
+    for i in range(rows.shape[0]):
+        longest = max(longest, src_indptr[rows[i] + 1] - src_indptr[rows[i]])
+    first_indices = np.empty(longest, dtype=src_indices.dtype)
+    first_data = np.empty(longest, dtype=src_data.dtype)
+    second_indices = np.empty(longest, dtype=src_indices.dtype)
+    second_data = np.empty(longest, dtype=src_data.dtype)
+    counts = np.zeros((n_passes, 257), dtype=np.int64)
+    buckets = np.empty(n_passes, dtype=np.int64)  # digit values a pass can see: the top one fewer than 256
+    for d in range(n_passes):
+        buckets[d] = min(256, ((n_columns - 1) >> (8 * d)) + 1)
+    for i in range(rows.shape[0]):
+        p = pieces[i]
+        start = src_indptr[rows[i]]
+        n = src_indptr[rows[i] + 1] - start
+        dest = out_indptrs[p][piece_rows[i]]
+        target_indices = out_indices[p][dest : dest + n]
+        target_data = out_data[p][dest : dest + n]
+        row_indices = src_indices[start : start + n]
+        row_data = src_data[start : start + n]
+        for d in range(n_passes):
+            counts[d, : buckets[d] + 1] = 0
+        in_order = True
+        previous = -1
+        for j in range(n):
+            c = row_indices[j]
+            in_order = in_order and c > previous
+            previous = c
+            counts[0, (c & 255) + 1] += 1
+            if n_passes > 1:  # the same branch for every nonzero: predicted
+                counts[1, ((c >> 8) & 255) + 1] += 1
+                if n_passes > 2:
+                    counts[2, ((c >> 16) & 255) + 1] += 1
+                    if n_passes > 3:
+                        counts[3, ((c >> 24) & 255) + 1] += 1
+        if in_order:
+            _copy(row_data, target_data)
+            _copy(row_indices, target_indices)
+            continue
+        for d in range(n_passes):
+            for b in range(buckets[d]):
+                counts[d, b + 1] += counts[d, b]
+        for d in range(n_passes):
+            if d == 0:
+                from_indices, from_data = row_indices, row_data
+            elif d % 2 == 1:
+                from_indices, from_data = first_indices, first_data
+            else:
+                from_indices, from_data = second_indices, second_data
+            if d == n_passes - 1:
+                to_indices, to_data = target_indices, target_data
+            elif d % 2 == 0:
+                to_indices, to_data = first_indices, first_data
+            else:
+                to_indices, to_data = second_indices, second_data
+            shift = 8 * d
+            for j in range(n):
+                c = from_indices[j]
+                b = (c >> shift) & 255
+                at = counts[d, b]
+                counts[d, b] = at + 1
+                to_indices[at] = c
+                to_data[at] = from_data[j]
+
+
 #: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
 SORT_TASK_NNZ = 1 << 20
 
