@@ -102,6 +102,7 @@ def bench(session: nox.Session) -> None:
     for script in (
         "bench_import",
         "bench_gene_order",
+        "bench_row_sort",
         "bench_object_storage",
         "bench_tile_cache",
         "bench_scale",

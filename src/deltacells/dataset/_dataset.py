@@ -411,8 +411,8 @@ class Dataset:
             shape=(out_indptr.shape[0] - 1, self.n_genes),
             copy=False,
         )
-        # Set, not computed (a scan of every row): rows are canonical, mapped ones sorted by a bitmap per row
-        # (linear), since scipy sorts unsorted rows before its arithmetic (``multiply``...), on every call.
+        # Set, not computed (a scan of every row): rows are canonical, mapped ones sorted per row (linear), since
+        # scipy sorts unsorted rows before its arithmetic (``multiply``...), on every call.
         matrix.has_sorted_indices = True
         matrix.has_canonical_format = True
         return matrix
