@@ -376,7 +376,7 @@ class TileReader:
         self.count_reads(whole=1, chunks=n_chunks)
 
     def count_reads(self, *, whole: int = 0, ranged: int = 0, chunks: int = 0) -> None:
-        """Add reads done past :meth:`get` to the counters: tiles read whole, in ranges, and chunks decoded."""
+        """Add reads done past ``get()`` to the counters: tiles read whole, in ranges, and chunks decoded."""
         with self._guard():
             self._decoded += whole
             self._ranged += ranged
