@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -137,7 +138,7 @@ def test_workers_with_drop_last_yield_full_batches(path, tmp_path, num_workers):
 
 
 def test_set_epoch_reaches_the_workers(path, tmp_path):
-    """Workers made at each iter() get the loader as it is then; persistent workers keep their first epoch."""
+    """Workers made at each iter() get the loader as it is then."""
     load = loader(path, tmp_path)
     epochs = []
     for epoch in (0, 1):
@@ -149,11 +150,22 @@ def test_set_epoch_reaches_the_workers(path, tmp_path):
         assert batch_set(batches) == epochs[epoch]
     assert epochs[0] != epochs[1]
 
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers(path, tmp_path, context):
+    """Workers kept between epochs read the epoch the main process set, from memory they share with it."""
+    load = loader(path, tmp_path)
+    epochs = {}
+    for epoch in (0, 1, 2):
+        load.set_epoch(epoch)
+        epochs[epoch] = batch_set(list(load))
     load.set_epoch(0)
-    persistent = load.dataloader(num_workers=2, multiprocessing_context="fork", persistent_workers=True)
-    assert batch_set(persistent) == epochs[0]
-    load.set_epoch(1)
-    assert batch_set(persistent) == epochs[0]  # documented: the workers hold their own copy of the loader
+    persistent = load.dataloader(num_workers=2, multiprocessing_context=context, persistent_workers=True)
+    for epoch in (0, 1, 2, 1):
+        load.set_epoch(epoch)
+        assert batch_set(persistent) == epochs[epoch], epoch
+    assert len({frozenset(batches) for batches in epochs.values()}) == 3
+    pickle.loads(pickle.dumps(load))  # the shared epoch is dropped when the loader is pickled otherwise
 
 
 # ---------------------------------------------------------------------- torch.distributed

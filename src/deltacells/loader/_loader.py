@@ -232,10 +232,38 @@ class CellLoader:
     # ------------------------------------------------------------------ epochs and state
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of epoch ``epoch`` from the next iteration on (and start it from its first batch)."""
+        """Use the order of epoch ``epoch`` from the next iteration on (and start it from its first batch).
+
+        It reaches the ``DataLoader`` workers of :meth:`dataloader` too, those started for the next
+        iteration and those kept from earlier ones (``persistent_workers=True``).
+        """
         self.epoch = _non_negative("epoch", epoch)
         self._batches_done = 0
         self._resume_at = 0
+        self._publish_epoch()
+
+    def _publish_epoch(self) -> None:
+        """Tell this loader's ``DataLoader`` workers (through the epoch they share with it) the epoch to use."""
+        shared = self.__dict__.get("_shared_epoch")
+        if shared is not None:
+            shared.value = self.epoch
+
+    def _follow_epoch(self) -> None:
+        """In a ``DataLoader`` worker kept between epochs: take up the epoch the main process set since."""
+        shared = self.__dict__.get("_shared_epoch")
+        if shared is not None and shared.value != self.epoch:
+            self.epoch = int(shared.value)
+            self._batches_done = 0
+            self._resume_at = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The loader's settings; the epoch shared with ``DataLoader`` workers only to a process being started."""
+        import multiprocessing.context
+
+        state = self.__dict__.copy()
+        if state.get("_shared_epoch") is not None and multiprocessing.context.get_spawning_popen() is None:
+            state["_shared_epoch"] = None  # a shared value can only go to a process as it starts
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: its epoch and the batches yielded in it, with what identifies its plan.
@@ -263,6 +291,7 @@ class CellLoader:
             )
             raise InvalidValueError(msg)
         self.epoch = _non_negative("epoch", state["epoch"])
+        self._publish_epoch()
         done = int(state["batches_done"])
         if not 0 <= done <= len(self):
             msg = f"batches_done must be 0 .. {len(self)}, got {done}"
@@ -272,9 +301,11 @@ class CellLoader:
     # ------------------------------------------------------------------ iterating
 
     def __iter__(self) -> Iterator[Batch]:
+        worker = _torch_worker()
+        if worker is not None:
+            self._follow_epoch()
         plan = self._plan()
         first, end = self._resume_at, plan.n_batches
-        worker = _torch_worker()
         if worker is not None:  # a DataLoader worker: a contiguous share of the batches left
             worker_id, n_workers = worker
             left = end - first
@@ -379,7 +410,7 @@ class CellLoader:
         Each worker process takes a contiguous share of the rank's batches: together they yield each batch
         once per epoch, each a :class:`~deltacells.Batch` as this loader makes it (the ``DataLoader``
         interleaves the workers' batches). Its length is ``len(self)``. Call :meth:`set_epoch` before each
-        epoch's ``iter()``; workers made once (``persistent_workers=True``) keep the epoch they started with.
+        epoch's ``iter()``: it reaches the workers, also those kept between epochs (``persistent_workers``).
         torch must be installed (else an ``ImportError``).
 
         Parameters

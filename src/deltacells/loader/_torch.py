@@ -28,13 +28,18 @@ class CellDataset(torch.utils.data.IterableDataset):
     Parameters
     ----------
     loader
-        The loader to iterate. It is shared, not copied: its :meth:`~deltacells.CellLoader.set_epoch` applies
-        to the workers started after it (not to ``persistent_workers``, started once).
+        The loader to iterate. It is shared, not copied: its :meth:`~deltacells.CellLoader.set_epoch` reaches
+        the workers, those started after it and those kept between epochs (``persistent_workers``), through
+        an epoch number in shared memory that the workers' copies of the loader read as each epoch starts.
     """
 
     def __init__(self, loader: CellLoader) -> None:
         super().__init__()
         self.loader = loader
+        if loader.__dict__.get("_shared_epoch") is None:
+            import multiprocessing
+
+            loader._shared_epoch = multiprocessing.RawValue("q", loader.epoch)
 
     def __iter__(self) -> Iterator[Batch]:
         return iter(self.loader)
