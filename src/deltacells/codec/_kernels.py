@@ -242,9 +242,7 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
     5 ns a nonzero, a fifth of scipy's ``sort_indices`` (``benchmarks/bench_row_sort.py``). A row already
     in order is left as it is.
     """
-    n_passes = 1
-    while n_columns - 1 >= (1 << (_RADIX_BITS * n_passes)) and n_passes < 4:
-        n_passes += 1
+    n_passes = radix_passes(n_columns)
     longest = 0
     for r in range(first_row, end_row):
         longest = max(longest, indptr[r + 1] - indptr[r])
@@ -266,13 +264,27 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
 
 
 @_jit
-def _sort_row_radix(indices, data, lo, n, scratch_indices, scratch_data, counts, n_passes):  # pragma: no cover
-    """Sort row ``indices[lo : lo + n]`` (and ``data``) by radix, 8 bits a pass; even passes go row -> scratch."""
+def radix_passes(n_columns):  # pragma: no cover
+    """Passes of 8 bits that sort columns below ``n_columns`` (1 to 4)."""
+    n_passes = 1
+    while n_columns - 1 >= (1 << (_RADIX_BITS * n_passes)) and n_passes < 4:
+        n_passes += 1
+    return n_passes
+
+
+@_jit
+def radix_offsets(indices, counts, n_passes):  # pragma: no cover
+    """Where each digit's columns go in every pass of a radix sort of ``indices``; whether they are in order.
+
+    ``counts`` (``int64[n_passes, 257]``) is overwritten: ``counts[d, b]`` becomes the first position of the
+    columns whose digit ``d`` is ``b`` (all of them read once). Columns already increasing leave it unfinished:
+    the caller keeps the row as it is.
+    """
     mask = (1 << _RADIX_BITS) - 1
     counts[:, :] = 0
     in_order = True
     previous = -1
-    for j in range(lo, lo + n):
+    for j in range(indices.shape[0]):
         c = indices[j]
         in_order = in_order and c > previous
         previous = c
@@ -283,11 +295,19 @@ def _sort_row_radix(indices, data, lo, n, scratch_indices, scratch_data, counts,
                 counts[2, ((c >> (2 * _RADIX_BITS)) & mask) + 1] += 1
                 if n_passes > 3:
                     counts[3, ((c >> (3 * _RADIX_BITS)) & mask) + 1] += 1
-    if in_order:
+    if not in_order:
+        for d in range(n_passes):
+            for b in range(256):
+                counts[d, b + 1] += counts[d, b]
+    return in_order
+
+
+@_jit
+def _sort_row_radix(indices, data, lo, n, scratch_indices, scratch_data, counts, n_passes):  # pragma: no cover
+    """Sort row ``indices[lo : lo + n]`` (and ``data``) by radix, 8 bits a pass; even passes go row -> scratch."""
+    mask = (1 << _RADIX_BITS) - 1
+    if radix_offsets(indices[lo : lo + n], counts, n_passes):
         return
-    for d in range(n_passes):
-        for b in range(256):
-            counts[d, b + 1] += counts[d, b]
     for d in range(n_passes):
         shift = _RADIX_BITS * d
         if d % 2 == 0:

@@ -18,6 +18,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from deltacells.codec._kernels import radix_offsets, radix_passes
+
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def _run_end(rows, out_slots, i):  # pragma: no cover
@@ -133,9 +135,7 @@ def gather_rows_split_sorted(
     into the output row: the copy and the sort are one. The counts of every pass come from one read of the
     row, which also tells a row already in order (copied as it is).
     """
-    n_passes = 1
-    while n_columns - 1 >= (1 << (8 * n_passes)) and n_passes < 4:
-        n_passes += 1
+    n_passes = radix_passes(n_columns)
     longest = 0
     for i in range(rows.shape[0]):
         longest = max(longest, src_indptr[rows[i] + 1] - src_indptr[rows[i]])
@@ -144,9 +144,6 @@ def gather_rows_split_sorted(
     second_indices = np.empty(longest, dtype=src_indices.dtype)
     second_data = np.empty(longest, dtype=src_data.dtype)
     counts = np.zeros((n_passes, 257), dtype=np.int64)
-    buckets = np.empty(n_passes, dtype=np.int64)  # digit values a pass can see: the top one fewer than 256
-    for d in range(n_passes):
-        buckets[d] = min(256, ((n_columns - 1) >> (8 * d)) + 1)
     for i in range(rows.shape[0]):
         p = pieces[i]
         start = src_indptr[rows[i]]
@@ -156,28 +153,10 @@ def gather_rows_split_sorted(
         target_data = out_data[p][dest : dest + n]
         row_indices = src_indices[start : start + n]
         row_data = src_data[start : start + n]
-        for d in range(n_passes):
-            counts[d, : buckets[d] + 1] = 0
-        in_order = True
-        previous = -1
-        for j in range(n):
-            c = row_indices[j]
-            in_order = in_order and c > previous
-            previous = c
-            counts[0, (c & 255) + 1] += 1
-            if n_passes > 1:  # the same branch for every nonzero: predicted
-                counts[1, ((c >> 8) & 255) + 1] += 1
-                if n_passes > 2:
-                    counts[2, ((c >> 16) & 255) + 1] += 1
-                    if n_passes > 3:
-                        counts[3, ((c >> 24) & 255) + 1] += 1
-        if in_order:
+        if radix_offsets(row_indices, counts, n_passes):  # in order: copied as it is
             _copy(row_data, target_data)
             _copy(row_indices, target_indices)
             continue
-        for d in range(n_passes):
-            for b in range(buckets[d]):
-                counts[d, b + 1] += counts[d, b]
         for d in range(n_passes):
             if d == 0:
                 from_indices, from_data = row_indices, row_data
