@@ -67,8 +67,12 @@ class AsyncMemoryFileSystem(AsyncFileSystem):
     """The in-memory filesystem's objects behind an asynchronous API, as s3fs, gcsfs and http have.
 
     Each ``_cat_file`` sleeps a little; ``cat_calls`` counts them and ``max_in_flight`` records the most
-    that ran at once.
+    that ran at once. With ``gather`` set, each request also waits (up to ``GATHER_TIMEOUT`` seconds) until
+    that many have been in flight together, so that a loaded machine finishing one early cannot hide
+    concurrency the code has.
     """
+
+    GATHER_TIMEOUT = 5.0
 
     protocol = "deltacells-test-async"
     cachable = False
@@ -79,6 +83,7 @@ class AsyncMemoryFileSystem(AsyncFileSystem):
         self.cat_calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.gather = 0
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -92,6 +97,9 @@ class AsyncMemoryFileSystem(AsyncFileSystem):
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             await asyncio.sleep(0.005)
+            deadline = time.monotonic() + self.GATHER_TIMEOUT
+            while self.max_in_flight < self.gather and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
             return self.memory.cat_file(path, start, end)
         finally:
             self.in_flight -= 1
@@ -135,12 +143,14 @@ def test_read_many_on_an_async_filesystem_runs_requests_together(memory_url: str
         store.write(path, data)
     requests = [(path, 10, 20) for path in objects] + [("tiles/3", -5, None), ("tiles/4", None, None)]
     expected = [data[10:20] for data in objects.values()] + [objects["tiles/3"][-5:], objects["tiles/4"]]
+    fs.gather = len(requests)
     assert store.read_many(requests) == expected
     assert fs.cat_calls == len(requests)  # one request each, no size lookups
     assert fs.max_in_flight == len(requests)
-    fs.max_in_flight = 0
+    fs.max_in_flight, fs.gather = 0, 4
     assert store.read_many(requests, max_workers=4) == expected
     assert fs.max_in_flight == 4  # max_workers is fsspec's batch size there
+    fs.gather = 0
     assert store.read_many([*requests[:2], ("tiles/5", 10, 2), ("tiles/6", -10, -5)]) == [
         *expected[:2],
         b"",
