@@ -20,6 +20,7 @@ import deltacells
 from deltacells import Batch, CellLoader
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._order import epoch_order
 
 N_CELLS, N_GENES, TILE_SIZE = 3000, 80, 256
 
@@ -234,6 +235,62 @@ def test_resume_mid_epoch_in_a_new_process(path, tmp_path):
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     assert json.loads(done.stdout) == full[13:]
+
+
+def worker_batches(load: CellLoader, n_workers: int, monkeypatch: pytest.MonkeyPatch) -> list[list[Batch]]:
+    """Each ``DataLoader`` worker's batches, its copy of the loader iterated as if in worker ``j`` of ``n_workers``."""
+    parts = []
+    for worker in range(n_workers):
+        copy = pickle.loads(pickle.dumps(load))
+        monkeypatch.setattr("deltacells.loader._loader._torch_worker", lambda worker=worker: (worker, n_workers))
+        parts.append(list(copy))
+    monkeypatch.undo()
+    return parts
+
+
+def taken_in_turn(parts: list[list[Batch]]) -> list[Batch]:
+    """What a torch ``DataLoader`` gives from iterable workers: one item of each in turn, skipping the spent ones."""
+    queues = [list(part) for part in parts]
+    out = []
+    while any(queues):
+        out.extend(queue.pop(0) for queue in queues if queue)
+    return out
+
+
+@pytest.mark.parametrize(("workers", "resumed_with"), [(2, 0), (2, 2), (3, 2), (3, 3), (2, 4)])
+def test_resume_an_epoch_given_by_workers(path, tmp_path, monkeypatch, workers, resumed_with):
+    """Workers take contiguous shares, given in turn; a state counts in that order, and resumes it with any workers."""
+    load = loader(path, tmp_path, batch_size=96, seed=3)
+    load.set_epoch(1)
+    plain = list(load)  # the plan's order, one share
+    given = taken_in_turn(worker_batches(load, workers, monkeypatch))
+    expected, _ = epoch_order(len(plain), workers)
+    assert epoch_indices(given) == epoch_indices([plain[i] for i in expected])
+
+    state = {**load.state_dict(), "batches_done": 7, "workers": workers}  # as the DataLoader's count would say
+    resumed = loader(path, tmp_path, batch_size=96, seed=3)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    if resumed_with == 0:
+        rest = list(resumed)
+        assert resumed.state_dict()["batches_done"] == len(plain)
+    else:
+        rest = taken_in_turn(worker_batches(resumed, resumed_with, monkeypatch))
+    assert epoch_indices(rest) == epoch_indices(given[7:])
+    rows_of = {tuple(b.index.tolist()): b.X.toarray() for b in plain}
+    assert all(np.array_equal(b.X.toarray(), rows_of[tuple(b.index.tolist())]) for b in rest)
+
+
+def test_a_state_counts_in_the_order_it_was_started_with(path, tmp_path):
+    load = loader(path, tmp_path, batch_size=96)
+    assert load.state_dict()["workers"] == 1
+    load.load_state_dict({**load.state_dict(), "batches_done": 3, "workers": 4})
+    assert load.state_dict()["workers"] == 4
+    assert len(list(load)) == len(load) - 3  # the rest of the epoch, given by four shares read in turn here
+    assert load.state_dict() == {**load.state_dict(), "batches_done": len(load), "workers": 4}
+    list(load)  # a new iteration starts the epoch again, in the order of this process
+    assert load.state_dict()["workers"] == 1
+    with pytest.raises(InvalidValueError, match="workers"):
+        load.load_state_dict({**load.state_dict(), "workers": 0})
 
 
 def test_a_state_from_other_settings_is_refused(path, tmp_path):

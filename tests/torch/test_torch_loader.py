@@ -168,6 +168,54 @@ def test_set_epoch_reaches_persistent_workers(path, tmp_path, context):
     pickle.loads(pickle.dumps(load))  # the shared epoch is dropped when the loader is pickled otherwise
 
 
+# ---------------------------------------------------------------------- resuming with workers
+
+RESUME_WITH_WORKERS = """
+import json, sys
+from deltacells import CellLoader
+path, cache, state, num_workers = sys.argv[1:]
+load = CellLoader(path, batch_size=128, seed=4, cache_dir=cache)
+load.load_state_dict(json.loads(state))
+batches = load.dataloader(num_workers=int(num_workers), multiprocessing_context="spawn") if int(num_workers) else load
+print(json.dumps([b.index.tolist() for b in batches]))
+"""
+
+
+@pytest.mark.parametrize("resumed_with", [2, 0, 3])
+def test_a_state_taken_under_workers_resumes_in_a_new_process(path, tmp_path, resumed_with):
+    """The DataLoader's batches are counted as the training loop gets them; the rest comes with any workers."""
+    load = loader(path, tmp_path, seed=4)
+    load.set_epoch(2)
+    batches = load.dataloader(num_workers=2, multiprocessing_context="fork")
+    uninterrupted = [b.index.tolist() for b in batches]
+    assert load.state_dict()["batches_done"] == len(uninterrupted) == 24
+    for step, _batch in enumerate(batches, start=1):
+        if step == 9:
+            break
+    state = load.state_dict()
+    assert (state["epoch"], state["batches_done"], state["workers"]) == (2, 9, 2)
+    done = subprocess.run(
+        [sys.executable, "-c", RESUME_WITH_WORKERS, str(path), str(tmp_path / "cache"), json.dumps(state),
+         str(resumed_with)],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == uninterrupted[9:]
+
+
+def test_a_state_loaded_reaches_persistent_workers(path, tmp_path):
+    load = loader(path, tmp_path, seed=4)
+    load.set_epoch(1)
+    persistent = load.dataloader(num_workers=2, multiprocessing_context="fork", persistent_workers=True)
+    uninterrupted = [b.index.tolist() for b in persistent]
+    state = {**load.state_dict(), "batches_done": 5}
+    load.set_epoch(0)
+    assert [b.index.tolist() for b in persistent] != uninterrupted
+    load.load_state_dict(state)  # the workers, started before, take it up at the next iteration
+    assert [b.index.tolist() for b in persistent] == uninterrupted[5:]
+    assert load.state_dict()["batches_done"] == len(uninterrupted)
+    assert [b.index.tolist() for b in persistent] == uninterrupted  # iterated again: the epoch from its start
+
+
 # ---------------------------------------------------------------------- torch.distributed
 
 RANK = """

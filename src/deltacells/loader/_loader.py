@@ -17,6 +17,7 @@ from scipy import sparse
 
 from deltacells._threads import default_threads
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, blocks_between, make_blocks
 from deltacells.loader._source import LoaderSource, resolve_source
@@ -127,8 +128,9 @@ class CellLoader:
     Notes
     -----
     In a :class:`torch.utils.data.DataLoader` (``batch_size=None``, any ``num_workers``), each worker process
-    takes a contiguous share of the rank's batches, so that together they yield each batch once; the loader
-    pickles to its settings, never to decoded data. :meth:`set_epoch` changes the order, as with torch's
+    takes a contiguous share of the rank's batches, so that together they yield each batch once, and torch
+    gives them in turn; :meth:`dataloader` counts them as they are given, so :meth:`state_dict` resumes an
+    epoch with workers as without. The loader pickles to its settings, never to decoded data. :meth:`set_epoch` changes the order, as with torch's
     ``DistributedSampler``: call it at the start of every epoch.
 
     Examples
@@ -186,8 +188,9 @@ class CellLoader:
         else:
             self._blocks = make_blocks(self._source.tile_bounds(), int(self.block_size))
         self.epoch = 0
-        self._batches_done = 0  # in this epoch, by this object's iteration
+        self._batches_done = 0  # positions of this epoch's order given (by this object's iteration)
         self._resume_at = 0  # where the next iteration starts (set by load_state_dict)
+        self._order_shares = 0  # shares of this epoch's order (workers it was started with); 0: not started
 
     # ------------------------------------------------------------------ properties
 
@@ -240,38 +243,63 @@ class CellLoader:
         self.epoch = _non_negative("epoch", epoch)
         self._batches_done = 0
         self._resume_at = 0
-        self._publish_epoch()
+        self._order_shares = 0
+        self._publish()
 
-    def _publish_epoch(self) -> None:
-        """Tell this loader's ``DataLoader`` workers (through the epoch they share with it) the epoch to use."""
-        shared = self.__dict__.get("_shared_epoch")
+    def _publish(self) -> None:
+        """Tell this loader's ``DataLoader`` workers where the next iteration starts (through shared memory).
+
+        The epoch, the position to start from and the shares of the epoch's order (0: the workers' number).
+        """
+        shared = self.__dict__.get("_shared")
         if shared is not None:
-            shared.value = self.epoch
+            shared[:] = [self.epoch, self._resume_at, self._order_shares]
 
-    def _follow_epoch(self) -> None:
-        """In a ``DataLoader`` worker kept between epochs: take up the epoch the main process set since."""
-        shared = self.__dict__.get("_shared_epoch")
-        if shared is not None and shared.value != self.epoch:
-            self.epoch = int(shared.value)
-            self._batches_done = 0
-            self._resume_at = 0
+    def _follow(self) -> tuple[int, int]:
+        """In a ``DataLoader`` worker: take up what the main process published; the start and the shares."""
+        shared = self.__dict__.get("_shared")
+        if shared is not None:
+            self.epoch, self._resume_at, self._order_shares = (int(value) for value in shared[:])
+        return self._resume_at, self._order_shares
+
+    def _begin(self, n_parts: int) -> int:
+        """Start an iteration in this process, given by ``n_parts`` in turn; the position it starts from.
+
+        An iteration from the epoch's first batch fixes the epoch's order to ``n_parts`` shares; one resumed
+        keeps the order of the state it resumes.
+        """
+        start = self._resume_at
+        if start == 0:
+            self._order_shares = max(1, n_parts)
+        self._publish()
+        self._resume_at = 0
+        self._batches_done = start
+        return start
 
     def __getstate__(self) -> dict[str, Any]:
-        """The loader's settings; the epoch shared with ``DataLoader`` workers only to a process being started."""
+        """The loader's settings; the state shared with ``DataLoader`` workers only to a process being started."""
         import multiprocessing.context
 
         state = self.__dict__.copy()
-        if state.get("_shared_epoch") is not None and multiprocessing.context.get_spawning_popen() is None:
-            state["_shared_epoch"] = None  # a shared value can only go to a process as it starts
+        if state.get("_shared") is not None and multiprocessing.context.get_spawning_popen() is None:
+            state["_shared"] = None  # a shared value can only go to a process as it starts
         return state
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader is: its epoch and the batches yielded in it, with what identifies its plan.
+        """Where this loader is: its epoch and the batches given in it, with what identifies its plan.
 
         Load it into a new loader made with the same arguments (:meth:`load_state_dict`): its next iteration
-        yields exactly the batches that this one had not yet yielded in the epoch, in the same order.
+        yields exactly the batches that this one had not yet given in the epoch, in the same order. The
+        batches are counted as the training loop gets them, from the loader itself or from its
+        :meth:`dataloader` (with or without workers); ``workers`` is the number of shares of the epoch's
+        order (the ``DataLoader`` workers it started with, or 1), which the resumed run keeps whatever its own.
         """
-        return {"epoch": self.epoch, "batches_done": self._batches_done, "plan": self._plan_digest()}
+        return {
+            "epoch": self.epoch,
+            "batches_done": self._batches_done,
+            "workers": max(1, self._order_shares),
+            "plan": self._plan_digest(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next iteration starts after the batches it had yielded.
@@ -290,34 +318,58 @@ class CellLoader:
                 "buffer_size, drop_last, shuffle or rank/world_size): make the loader as before to resume"
             )
             raise InvalidValueError(msg)
-        self.epoch = _non_negative("epoch", state["epoch"])
-        self._publish_epoch()
         done = int(state["batches_done"])
         if not 0 <= done <= len(self):
             msg = f"batches_done must be 0 .. {len(self)}, got {done}"
             raise InvalidValueError(msg)
+        shares = _positive("workers", state.get("workers", 1))  # states without it: one share (no workers)
+        self.epoch = _non_negative("epoch", state["epoch"])
         self._batches_done = self._resume_at = done
+        self._order_shares = shares if done else 0
+        self._publish()
 
     # ------------------------------------------------------------------ iterating
 
     def __iter__(self) -> Iterator[Batch]:
         worker = _torch_worker()
-        if worker is not None:
-            self._follow_epoch()
+        if worker is None:  # iterated in this process: every position left, counted here
+            part, n_parts = 0, 1
+            start, shares = self._begin(1), self._order_shares
+        else:  # a DataLoader worker: every n-th position left (the DataLoader counts them, in the main process)
+            part, n_parts = worker
+            start, shares = self._follow()
+            self._resume_at = 0
+            shares = shares if start else n_parts  # from the epoch's start: one share per worker
         plan = self._plan()
-        first, end = self._resume_at, plan.n_batches
-        if worker is not None:  # a DataLoader worker: a contiguous share of the batches left
-            worker_id, n_workers = worker
-            left = end - first
-            first, end = first + left * worker_id // n_workers, first + left * (worker_id + 1) // n_workers
-        self._resume_at = 0
-        self._batches_done = first
-        for batch in self._batches(plan, first, end):
+        streams, turns = part_of_order(plan.n_batches, shares, start, part, n_parts)
+        threads = max(1, (self.dataset.threads or default_threads()) // (self.prefetch * n_parts * len(streams)))
+        for batch in self._in_turns(plan, streams, turns, threads):
             self._batches_done += 1
             yield batch
 
-    def _batches(self, plan: EpochPlan, first: int, end: int) -> Iterator[Batch]:
-        """Batches ``first .. end - 1`` of ``plan``, windows read ahead on background threads."""
+    def _in_turns(self, plan: EpochPlan, streams: list[Stream], turns: np.ndarray, threads: int) -> Iterator[Batch]:
+        """The streams' batches, taken in ``turns``: each stream read ahead on its own."""
+        if len(streams) == 1 and streams[0].end - streams[0].first == len(streams[0].batches):
+            yield from self._batches(plan, streams[0].first, streams[0].end, threads)
+            return
+        runs = [self._stream(plan, stream, threads) for stream in streams]
+        try:
+            for turn in turns.tolist():
+                yield next(runs[turn])
+        finally:
+            for run in runs:
+                run.close()
+
+    def _stream(self, plan: EpochPlan, stream: Stream, threads: int) -> Iterator[Batch]:
+        """A stream's batches: its run read through, the batches of other streams in it skipped."""
+        wanted = np.zeros(stream.end - stream.first, dtype=bool)
+        wanted[stream.batches - stream.first] = True
+        for keep, batch in zip(wanted.tolist(), self._batches(plan, stream.first, stream.end, threads), strict=True):
+            if keep:
+                yield batch
+
+    def _batches(self, plan: EpochPlan, first: int, end: int, threads: int) -> Iterator[Batch]:
+        """Batches ``first .. end - 1`` of ``plan``, windows read ahead on background threads (``threads`` each)."""
         if end <= first:
             return
         start_cell, stop_cell = first * self.batch_size, min(end * self.batch_size, plan.n_yielded_cells)
@@ -327,7 +379,7 @@ class CellLoader:
         todo = iter(windows)
         try:
             for span in todo:
-                ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell))
+                ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell, threads))
                 if len(ahead) >= self.prefetch:
                     break
             pending = _Pending()
@@ -335,7 +387,7 @@ class CellLoader:
                 pieces = ahead.popleft().result()
                 span = next(todo, None)
                 if span is not None:
-                    ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell))
+                    ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell, threads))
                 pending.extend(pieces)
                 while pending.n_cells >= self.batch_size or (not ahead and pending.n_cells):
                     yield self._finish(*pending.take(self.batch_size))
@@ -345,9 +397,11 @@ class CellLoader:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _read_window(
-        self, plan: EpochPlan, first_range: int, end_range: int, start_cell: int, stop_cell: int
+        self, plan: EpochPlan, first_range: int, end_range: int, start_cell: int, stop_cell: int, threads: int = 0
     ) -> list[_Piece]:
         """Read and decode one window's cells of stream cells ``start_cell .. stop_cell - 1``, shuffled.
+
+        ``threads`` decode it (0: the CPUs, shared with the other windows read at once).
 
         They come as pieces that never cross a batch's edge in the stream (each its own matrix, so a
         batch is a piece, or a few joined), with their cell numbers and obs values.
@@ -366,9 +420,7 @@ class CellLoader:
         # Windows read at once share the decoding threads (and DataLoader workers share the CPUs): on few cores
         # each window is read on its own thread (measured on 2 cores: 1.3x the cells/s of two windows each
         # fanning out to the shared pool).
-        worker = _torch_worker()
-        readers = self.prefetch * (1 if worker is None else worker[1])
-        threads = max(1, (self.dataset.threads or default_threads()) // readers)
+        threads = threads or max(1, (self.dataset.threads or default_threads()) // self.prefetch)
         matrices = self.dataset.read_row_batches(cells, cuts, dtype=self.dtype, sort_columns=sort, threads=threads)
         if self._source.genes is not None:
             matrices = [matrix[:, self._source.genes] for matrix in matrices]
@@ -410,8 +462,10 @@ class CellLoader:
         Each worker process takes a contiguous share of the rank's batches: together they yield each batch
         once per epoch, each a :class:`~deltacells.Batch` as this loader makes it (the ``DataLoader``
         interleaves the workers' batches). Its length is ``len(self)``. Call :meth:`set_epoch` before each
-        epoch's ``iter()``: it reaches the workers, also those kept between epochs (``persistent_workers``).
-        torch must be installed (else an ``ImportError``).
+        epoch's ``iter()``: it reaches the workers, also those kept between epochs (``persistent_workers``),
+        as does :meth:`load_state_dict`. The ``DataLoader`` (a ``deltacells.loader.CellDataLoader``) counts
+        the batches as it gives them, so :meth:`state_dict` says where the epoch is. torch must be
+        installed (else an ``ImportError``).
 
         Parameters
         ----------
@@ -430,9 +484,9 @@ class CellLoader:
         ...         train_step(batch.X)
         """
         dataset = self.to_torch()
-        from torch.utils.data import DataLoader
+        from deltacells.loader._torch import CellDataLoader
 
-        return DataLoader(dataset, batch_size=None, **kwargs)
+        return CellDataLoader(dataset, batch_size=None, **kwargs)
 
     # ------------------------------------------------------------------ internals
 
