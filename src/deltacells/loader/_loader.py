@@ -130,8 +130,9 @@ class CellLoader:
     In a :class:`torch.utils.data.DataLoader` (``batch_size=None``, any ``num_workers``), each worker process
     takes a contiguous share of the rank's batches, so that together they yield each batch once, and torch
     gives them in turn; :meth:`dataloader` counts them as they are given, so :meth:`state_dict` resumes an
-    epoch with workers as without. The loader pickles to its settings, never to decoded data. :meth:`set_epoch` changes the order, as with torch's
-    ``DistributedSampler``: call it at the start of every epoch.
+    epoch with workers as without. The loader pickles to its settings, never to decoded data.
+    :meth:`set_epoch` changes the order, as with torch's ``DistributedSampler``: call it at the start of every
+    epoch.
 
     Examples
     --------
