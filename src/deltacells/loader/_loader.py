@@ -257,11 +257,12 @@ class CellLoader:
             shared[:] = [self.epoch, self._resume_at, self._order_shares]
 
     def _follow(self) -> tuple[int, int]:
-        """In a ``DataLoader`` worker: take up what the main process published; the start and the shares."""
+        """In a ``DataLoader`` worker: take up the epoch the main process published; the start and the shares."""
         shared = self.__dict__.get("_shared")
-        if shared is not None:
-            self.epoch, self._resume_at, self._order_shares = (int(value) for value in shared[:])
-        return self._resume_at, self._order_shares
+        if shared is None:
+            return self._resume_at, self._order_shares
+        self.epoch, start, shares = (int(value) for value in shared[:])
+        return start, shares
 
     def _begin(self, n_parts: int) -> int:
         """Start an iteration in this process, given by ``n_parts`` in turn; the position it starts from.
@@ -339,10 +340,12 @@ class CellLoader:
         else:  # a DataLoader worker: every n-th position left (the DataLoader counts them, in the main process)
             part, n_parts = worker
             start, shares = self._follow()
-            self._resume_at = 0
             shares = shares if start else n_parts  # from the epoch's start: one share per worker
         plan = self._plan()
         streams, turns = part_of_order(plan.n_batches, shares, start, part, n_parts)
+        # Windows read at once share the decoding threads (and DataLoader workers share the CPUs): on few cores
+        # each window is read on its own thread (measured on 2 cores: 1.3x the cells/s of two windows each
+        # fanning out to the shared pool).
         threads = max(1, (self.dataset.threads or default_threads()) // (self.prefetch * n_parts * len(streams)))
         for batch in self._in_turns(plan, streams, turns, threads):
             self._batches_done += 1
@@ -350,9 +353,6 @@ class CellLoader:
 
     def _in_turns(self, plan: EpochPlan, streams: list[Stream], turns: np.ndarray, threads: int) -> Iterator[Batch]:
         """The streams' batches, taken in ``turns``: each stream read ahead on its own."""
-        if len(streams) == 1 and streams[0].end - streams[0].first == len(streams[0].batches):
-            yield from self._batches(plan, streams[0].first, streams[0].end, threads)
-            return
         runs = [self._stream(plan, stream, threads) for stream in streams]
         try:
             for turn in turns.tolist():
@@ -398,11 +398,11 @@ class CellLoader:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _read_window(
-        self, plan: EpochPlan, first_range: int, end_range: int, start_cell: int, stop_cell: int, threads: int = 0
+        self, plan: EpochPlan, first_range: int, end_range: int, start_cell: int, stop_cell: int, threads: int
     ) -> list[_Piece]:
         """Read and decode one window's cells of stream cells ``start_cell .. stop_cell - 1``, shuffled.
 
-        ``threads`` decode it (0: the CPUs, shared with the other windows read at once).
+        ``threads`` decode it (the CPUs shared among the windows read at once, see :meth:`__iter__`).
 
         They come as pieces that never cross a batch's edge in the stream (each its own matrix, so a
         batch is a piece, or a few joined), with their cell numbers and obs values.
@@ -418,10 +418,6 @@ class CellLoader:
         # Each chunk is read once per epoch: past the tile cache, decoded straight into each batch's arrays.
         # Rows made dense next need not have their columns sorted.
         sort = self.output in SPARSE_OUTPUTS or self._source.genes is not None
-        # Windows read at once share the decoding threads (and DataLoader workers share the CPUs): on few cores
-        # each window is read on its own thread (measured on 2 cores: 1.3x the cells/s of two windows each
-        # fanning out to the shared pool).
-        threads = threads or max(1, (self.dataset.threads or default_threads()) // self.prefetch)
         matrices = self.dataset.read_row_batches(cells, cuts, dtype=self.dtype, sort_columns=sort, threads=threads)
         if self._source.genes is not None:
             matrices = [matrix[:, self._source.genes] for matrix in matrices]
