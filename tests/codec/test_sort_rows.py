@@ -24,6 +24,7 @@ def _rows(n_columns: int, lengths: list[int], seed: int, dtype: type) -> tuple[n
         (200, [150, 3, 199, 200]),  # dense rows (and a sparse one): bitmap and radix, one pass
         (70_000, [300, 2, 5000]),  # three passes
         (3_000_000, [400, 64]),  # three passes, a wide id range
+        (20_000_000, [400, 3, 1000]),  # four passes
         (256, [16, 15, 17]),  # at the density threshold: both ways
     ],
 )

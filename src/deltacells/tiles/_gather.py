@@ -18,7 +18,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from deltacells.codec._kernels import radix_offsets, radix_passes
+from deltacells.codec._kernels import radix_offsets, radix_passes, radix_scatter, radix_scratch, radix_top
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -136,14 +136,12 @@ def gather_rows_split_sorted(
     row, which also tells a row already in order (copied as it is).
     """
     n_passes = radix_passes(n_columns)
+    top = radix_top(n_columns, n_passes)
     longest = 0
     for i in range(rows.shape[0]):
         longest = max(longest, src_indptr[rows[i] + 1] - src_indptr[rows[i]])
-    first_indices = np.empty(longest, dtype=src_indices.dtype)
-    first_data = np.empty(longest, dtype=src_data.dtype)
-    second_indices = np.empty(longest, dtype=src_indices.dtype)
-    second_data = np.empty(longest, dtype=src_data.dtype)
-    counts = np.zeros((n_passes, 257), dtype=np.int64)
+    scratch = radix_scratch(longest, src_indices, src_data)
+    counts = np.zeros((n_passes, 256), dtype=np.uint64)
     for i in range(rows.shape[0]):
         p = pieces[i]
         start = src_indptr[rows[i]]
@@ -153,31 +151,11 @@ def gather_rows_split_sorted(
         target_data = out_data[p][dest : dest + n]
         row_indices = src_indices[start : start + n]
         row_data = src_data[start : start + n]
-        if radix_offsets(row_indices, counts, n_passes):  # in order: copied as it is
+        if radix_offsets(row_indices, counts, n_passes, top):  # in order: copied as it is
             _copy(row_data, target_data)
             _copy(row_indices, target_indices)
-            continue
-        for d in range(n_passes):
-            if d == 0:
-                from_indices, from_data = row_indices, row_data
-            elif d % 2 == 1:
-                from_indices, from_data = first_indices, first_data
-            else:
-                from_indices, from_data = second_indices, second_data
-            if d == n_passes - 1:
-                to_indices, to_data = target_indices, target_data
-            elif d % 2 == 0:
-                to_indices, to_data = first_indices, first_data
-            else:
-                to_indices, to_data = second_indices, second_data
-            shift = 8 * d
-            for j in range(n):
-                c = from_indices[j]
-                b = (c >> shift) & 255
-                at = counts[d, b]
-                counts[d, b] = at + 1
-                to_indices[at] = c
-                to_data[at] = from_data[j]
+        else:
+            radix_scatter(row_indices, row_data, scratch, target_indices, target_data, counts, n_passes)
 
 
 #: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
