@@ -334,6 +334,12 @@ def test_bad_arguments(path, tmp_path, options, error, match):
         loader(path, tmp_path, **options)
 
 
+def test_a_dataloader_out_of_order_is_refused(path, tmp_path):
+    load = loader(path, tmp_path)
+    with pytest.raises(InvalidValueError, match="in_order=False"):  # refused before torch is needed
+        load.dataloader(num_workers=2, in_order=False)
+
+
 def test_a_source_of_another_kind(tmp_path):
     with pytest.raises(InvalidTypeError, match="source must be"):
         CellLoader(np.zeros((3, 3)), cache_dir=tmp_path)

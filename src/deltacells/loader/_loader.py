@@ -469,7 +469,13 @@ class CellLoader:
         **kwargs
             Other arguments of ``DataLoader`` (``num_workers``, ``multiprocessing_context``, ``pin_memory``,
             ``persistent_workers``, ``prefetch_factor``...); not ``batch_size``, ``sampler`` or ``shuffle``,
-            which the loader's own settings replace.
+            which the loader's own settings replace. Not ``in_order=False`` with workers either: batches
+            would come in the order the workers finish them, which no state could resume.
+
+        Raises
+        ------
+        InvalidValueError
+            For ``in_order=False`` with ``num_workers`` above 0.
 
         Examples
         --------
@@ -480,6 +486,13 @@ class CellLoader:
         ...     for batch in batches:
         ...         train_step(batch.X)
         """
+        if kwargs.get("num_workers", 0) > 0 and not kwargs.get("in_order", True):
+            msg = (
+                "in_order=False gives the workers' batches in the order they finish, not in an order the loader "
+                "knows: the epoch would differ from run to run and state_dict() could not resume it; leave "
+                "in_order at True (raise prefetch_factor or prefetch if workers wait on each other)"
+            )
+            raise InvalidValueError(msg)
         dataset = self.to_torch()
         from deltacells.loader._torch import CellDataLoader
 
