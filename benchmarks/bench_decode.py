@@ -34,6 +34,7 @@ from pathlib import Path
 import anndata as ad
 import numpy as np
 import zstandard
+from _steal import cpu_ticks, steal_share
 from _visium import resampled_rows
 from scipy import sparse
 
@@ -144,7 +145,9 @@ def main() -> None:
             "full read, 1 thread": lambda: one.read_rows(dtype=np.float32),
             "full read, 2 threads": lambda: two.read_rows(dtype=np.float32),
         }
+        ticks = cpu_ticks()
         results = best_of(engine, args.repeat)
+        engine_steal = steal_share(ticks, cpu_ticks())
 
         sizes = {}
         stores: dict[str, Callable[[], object]] = {
@@ -163,7 +166,9 @@ def main() -> None:
         adata.write_zarr(zpath)
         sizes["zarr"] = sum(f.stat().st_size for f in zpath.rglob("*") if f.is_file())
         stores["zarr"] = lambda: ad.read_zarr(zpath).X
+        ticks = cpu_ticks()
         reads = best_of(stores, max(2, args.repeat // 2))
+        stores_steal = steal_share(ticks, cpu_ticks())
 
     floor = results["zstd alone, 1 thread (floor)"]
     print(f"\n{'engine':34} {'ms':>9} {'M nnz/s':>9} {'floor / time':>12}")
@@ -173,6 +178,10 @@ def main() -> None:
         f"2 threads vs 1: full read {results['full read, 1 thread'] / results['full read, 2 threads']:.2f}x, "
         f"zstd alone {results['zstd alone, 1 thread (floor)'] / results['zstd alone, 2 threads']:.2f}x"
     )
+
+    for what, share in (("engine timings", engine_steal), ("store reads", stores_steal)):
+        if share is not None:
+            print(f"CPU time stolen by the hypervisor during the {what}: {share:.0%}")
 
     ours = reads["deltacells"]
     print(f"\n{'store (open + X in memory)':28} {'MB':>8} {'B/nnz':>7} {'ms':>8} {'deltacells faster by':>21}")
@@ -188,6 +197,7 @@ def main() -> None:
             f"Python {platform.python_version()}",
             "deltacells": {"tiles": ds.n_tiles, "zstd_level": level, "mb": stored / 1e6},
             "engine_ms": {k: v * 1e3 for k, v in results.items()},
+            "steal": {"engine": engine_steal, "stores": stores_steal},  # shares of CPU time (None: unknown)
             "stores": {
                 name: {"mb": (stored if name == "deltacells" else sizes[name]) / 1e6, "read_ms": reads[name] * 1e3}
                 for name in reads

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _steal import cpu_ticks, steal_share
 from _visium import VISIUM, resampled_rows
 
 HERE = Path(__file__).resolve().parent
@@ -276,6 +277,7 @@ def task_load(spec: dict[str, Any]) -> dict[str, Any]:
     cells = nnz = 0
     complete = True
     timed = epoch(1)
+    ticks = cpu_ticks()
     t0 = time.perf_counter()
     for k, (X, label) in enumerate(timed):
         X = _csr(X)
@@ -289,6 +291,7 @@ def task_load(spec: dict[str, Any]) -> dict[str, Any]:
             complete = cells == spec["n_cells"]
             break
     seconds = time.perf_counter() - t0
+    stolen = steal_share(ticks, cpu_ticks())
     with contextlib.suppress(Exception):
         timed.close()
     counts = [np.bincount(_codes(lab, categories), minlength=len(categories)).tolist() for lab in labels]
@@ -304,6 +307,7 @@ def task_load(spec: dict[str, Any]) -> dict[str, Any]:
         "counts": counts,
         "short_batches": [k for k, c in enumerate(counts[:-1]) if sum(c) != spec["batch_size"]],
         "settings": spec.get("_info", {}),
+        "steal": stolen,  # the share of the machine's CPU time the hypervisor gave to others (None: unknown)
     }
 
 
@@ -712,7 +716,7 @@ def time_runs(
             log(
                 f"{head} {result['cells_per_s']:>10,.0f} cells/s ({result['batches_timed']} batches"
                 f"{'' if result['epoch_complete'] else ', a part of the epoch'}; first batch after "
-                f"{result['first_batch_s']:.2f} s), load {os.getloadavg()[0]:.1f}"
+                f"{result['first_batch_s']:.2f} s), load {os.getloadavg()[0]:.1f}{_stolen(result.get('steal'))}"
             )
             if result["short_batches"]:
                 entry.setdefault("errors", []).append(f"short batches at {result['short_batches'][:5]}")
@@ -724,6 +728,11 @@ def time_runs(
                 entry["quality"] = quality(counts, args.batch_size)
                 entry["_counts"] = counts
     return results
+
+
+def _stolen(share: float | None) -> str:
+    """``", 12% stolen"``: the CPU time the hypervisor took during a timing, for the log (nothing if unknown)."""
+    return "" if share is None else f", {share:.0%} of the CPU time stolen"
 
 
 def check_plans(results: dict[Any, dict[str, Any]], path: str, labels: np.ndarray, n_labels: int, args: Any) -> None:
@@ -914,18 +923,19 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {s['seconds']:.1f} | {s['bytes'] / 2**20:.1f} |")
     lines += [
         "",
-        "| loader | place | Python | cells/s | first batch s | spread / random | labels per batch |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| loader | place | Python | cells/s | first batch s | spread / random | labels per batch | CPU stolen |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
         if not r.get("cells_per_s"):
-            lines.append(f"| {r['name']} | {r['place']} | {r['python']} | failed | | | |")
+            lines.append(f"| {r['name']} | {r['place']} | {r['python']} | failed | | | | |")
             continue
         q = r.get("quality", {})
         spread = q.get("spread", float("nan")) / random["spread"] if random else float("nan")
+        stolen = "?" if r.get("steal") is None else f"{r['steal']:.0%}"
         lines.append(
             f"| {r['name']} | {r['place']} | {r['python']} | {r['cells_per_s']:,.0f} | {r['first_batch_s']:.2f} | "
-            f"{spread:.2f} | {q.get('distinct', float('nan')):.1f} |"
+            f"{spread:.2f} | {q.get('distinct', float('nan')):.1f} | {stolen} |"
         )
     for name, reason in report["skipped"].items():
         lines.append(f"| {name} | | | {reason} | | | |")
