@@ -269,9 +269,9 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
             if radix_offsets(row_indices, counts, n_passes, top):
                 continue  # in order already
             if n_passes == 1:  # one pass cannot write the row it reads: into a scratch row, then back
-                radix_scatter(row_indices, row_data, scratch, scratch[2][:n], scratch[3][:n], counts, 1)
-                row_indices[:] = scratch[2][:n]
-                row_data[:] = scratch[3][:n]
+                sorted_indices, sorted_data = radix_sorted_scratch(row_indices, row_data, scratch, counts, 1)
+                row_indices[:] = sorted_indices
+                row_data[:] = sorted_data
             else:
                 radix_scatter(row_indices, row_data, scratch, row_indices, row_data, counts, n_passes)
 
@@ -362,6 +362,21 @@ def radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts,
             digits[b] = at + one
             to_indices[at] = c
             to_data[at] = from_data[j]
+
+
+@_jit
+def radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes):  # pragma: no cover
+    """Sort a row whose :func:`radix_offsets` are in ``counts`` into one of the ``scratch`` rows; the row is left.
+
+    Returns that scratch row's ``(indices, data)``: the one the passes have left free when the last one runs.
+    """
+    n = row_indices.shape[0]
+    if n_passes % 2 == 0:  # the last pass reads the first scratch row: into the second
+        out_indices, out_data = scratch[2][:n], scratch[3][:n]
+    else:  # the last pass reads the second scratch row (or the row itself): into the first
+        out_indices, out_data = scratch[0][:n], scratch[1][:n]
+    radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts, n_passes)
+    return out_indices, out_data
 
 
 @_jit

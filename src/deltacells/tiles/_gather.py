@@ -18,7 +18,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from deltacells.codec._kernels import radix_offsets, radix_passes, radix_scatter, radix_scratch, radix_top
+from deltacells.codec._kernels import radix_offsets, radix_passes, radix_scratch, radix_sorted_scratch, radix_top
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -131,9 +131,11 @@ def gather_rows_split_sorted(
 ):  # pragma: no cover
     """:func:`gather_rows_split`, each row's columns sorted on the way (source rows mapped, not yet sorted).
 
-    A least-significant-digit radix sort of each row, 8 bits of the column a pass, whose last pass writes
-    into the output row: the copy and the sort are one. The counts of every pass come from one read of the
-    row, which also tells a row already in order (copied as it is).
+    A least-significant-digit radix sort of each row, 8 bits of the column a pass, in scratch rows in L1 cache,
+    then copied to the output row in order: the output, fresh memory, is written sequentially (measured on a
+    loader's windows of resampled Visium cells: 8 to 10% less time than the last pass writing straight into
+    the output row, at random places in it). The counts of every pass come from one read of the row, which
+    also tells a row already in order (copied as it is).
     """
     n_passes = radix_passes(n_columns)
     top = radix_top(n_columns, n_passes)
@@ -155,7 +157,9 @@ def gather_rows_split_sorted(
             _copy(row_data, target_data)
             _copy(row_indices, target_indices)
         else:
-            radix_scatter(row_indices, row_data, scratch, target_indices, target_data, counts, n_passes)
+            sorted_indices, sorted_data = radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes)
+            _copy(sorted_data, target_data)
+            _copy(sorted_indices, target_indices)
 
 
 #: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
