@@ -16,8 +16,8 @@ def test_rows_land_in_their_outputs_sorted_with_their_values(n_columns: int, dty
     rng = np.random.default_rng(n_columns)
     lengths = [min(n, n_columns) for n in (0, 1, 5, 300, 2, 40, 7, 120)]
     indices = np.concatenate([rng.choice(n_columns, n, replace=False) for n in lengths]).astype(np.int32)
-    indices[indptr_of(lengths)[3] : indptr_of(lengths)[4]].sort()  # one row already in order: copied as it is
-    indptr = indptr_of(lengths)
+    indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    indices[indptr[3] : indptr[4]].sort()  # one row already in order: copied as it is
     data = rng.integers(1, 10_000, size=indices.shape[0]).astype(dtype)
     rows = np.array([6, 3, 0, 1, 7, 2, 5], dtype=np.int64)  # row 4 is not wanted
     pieces = np.array([1, 0, 1, 0, 0, 1, 1], dtype=np.int64)
@@ -39,7 +39,3 @@ def test_rows_land_in_their_outputs_sorted_with_their_values(n_columns: int, dty
             got = slice(out_indptr[k], out_indptr[k + 1])
             np.testing.assert_array_equal(out_indices[got], indices[source][order])
             np.testing.assert_array_equal(out_data[got], data[source][order])
-
-
-def indptr_of(lengths: list[int]) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
