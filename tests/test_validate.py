@@ -248,9 +248,14 @@ def test_progress_bar(ds, capsys):
 # ---------------------------------------------------------------------- sidecars
 
 
-def test_gene_order_not_a_permutation(ds):
+@pytest.mark.parametrize(
+    "order",
+    [np.zeros(80, dtype="<i4"), np.r_[1:81].astype("<i4"), np.r_[-1, 1:80].astype("<i4")],
+    ids=["repeats", "reaches n_genes", "negative"],
+)
+def test_gene_order_not_a_permutation(ds, order):
     buffer = io.BytesIO()
-    np.save(buffer, np.zeros(80, dtype="<i4"))
+    np.save(buffer, order)
     (ds / "gene_order.npy").write_bytes(buffer.getvalue())
     report = validate_dataset(ds)
     assert _objects(report) == ["gene_order.npy"]

@@ -75,6 +75,20 @@ def test_batches_hold_the_rows_of_their_cells(source, path, tmp_path):
         np.testing.assert_array_equal(batch.obs["total_counts"], source.obs["total_counts"].to_numpy()[batch.index])
 
 
+def test_batches_of_a_window_share_one_allocation_uncopied(source, path, tmp_path):
+    """A window's batches are slices of two arrays (no fresh pages per batch), which scipy must not copy."""
+    batches = list(loader(path, tmp_path, batch_size=100, buffer_size=1000))
+    first, second = batches[0].X, batches[1].X
+    assert first.indices.base is not None and first.indices.base is second.indices.base
+    assert first.data.base is second.data.base
+    assert not np.shares_memory(first.indices, second.indices)
+    for batch in batches[:3]:
+        batch.X.check_format(full_check=True)  # a valid canonical CSR...
+        np.testing.assert_array_equal(batch.X.toarray(), rows(source, batch.index))  # ...of the right rows
+    first.data[:] = -1  # writing one batch leaves the others alone
+    np.testing.assert_array_equal(second.toarray(), rows(source, batches[1].index))
+
+
 def test_batches_mix_cells_of_many_tiles(path, tmp_path):
     batch = next(iter(loader(path, tmp_path, batch_size=256, block_size=16)))
     assert np.unique(batch.index // TILE_SIZE).shape[0] >= 6

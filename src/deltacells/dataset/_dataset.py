@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._memory import empty
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
@@ -306,8 +307,10 @@ class Dataset:
             As for :meth:`read_rows`.
         cuts
             Increasing row numbers from 0 to the number of rows: matrix ``k`` holds rows
-            ``cuts[k] .. cuts[k + 1] - 1``, in arrays of its own (``None``: one matrix). Each row is
-            written once, into its matrix: none is cut from a larger one (scipy would copy such views).
+            ``cuts[k] .. cuts[k + 1] - 1`` (``None``: one matrix). Each row is written once, into its
+            matrix, whose ``indices`` and ``data`` are slices of two arrays shared by all the matrices (one
+            allocation, placed on huge pages when large: no page fault per matrix); keeping one matrix keeps
+            them all in memory.
         dtype, sort_columns
             As for :meth:`read_rows_uncached`.
         threads
@@ -574,7 +577,7 @@ def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:
 def _empty_output(nnz: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """Output arrays: int32 indices unless the nonzeros need 64-bit offsets (scipy's rule)."""
     index_dtype = np.int32 if nnz < 2**31 else np.int64
-    return np.empty(nnz, dtype=index_dtype), np.empty(nnz, dtype=dtype)
+    return empty(nnz, index_dtype), empty(nnz, dtype)
 
 
 def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, ...]:

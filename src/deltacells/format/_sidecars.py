@@ -35,10 +35,22 @@ def check_gene_order(blob: bytes, n_genes: int | None) -> Checker[np.ndarray | N
     if order.shape != (n_genes,):
         yield Problem(GENE_ORDER_NAME, f"has shape {order.shape}, expected ({n_genes},) (one entry per gene)")
         return None
-    if order.dtype.kind not in "iu" or not np.array_equal(np.sort(order), np.arange(n_genes)):
+    if order.dtype.kind not in "iu" or not _is_permutation(order):
         yield Problem(GENE_ORDER_NAME, f"is not a permutation of 0 .. {n_genes - 1}")
         return None
     return order.astype(np.int32) if ok else None
+
+
+def _is_permutation(order: np.ndarray) -> bool:
+    """Whether integer ``order`` holds each of ``0 .. len(order) - 1`` once: one pass, no sort."""
+    n = order.shape[0]
+    if n == 0:
+        return True
+    if int(order.min()) < 0 or int(order.max()) >= n:
+        return False
+    seen = np.zeros(n, dtype=bool)
+    seen[order] = True
+    return bool(seen.all())
 
 
 def check_var_names(blob: bytes, n_genes: int | None) -> Checker[list[str] | None]:

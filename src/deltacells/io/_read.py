@@ -16,6 +16,7 @@ from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._sources import view_parts
+from deltacells.io._var_frame import var_frame
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def read_var(dataset: Dataset) -> pd.DataFrame:
     n_genes = dataset.n_genes
     table = dataset.var_table()
     if table is not None:
-        var = table.to_pandas()
+        var = var_frame(table)
         if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
             var.index = var.index.astype(str)
         else:
@@ -390,7 +391,11 @@ def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[st
 def _in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
     """``var`` (stored order) in the order of the dataset's columns."""
     order = dataset.gene_order() if dataset.gene_order_mode == "original" else None
-    return var if order is None else var.iloc[np.argsort(order)]
+    if order is None:
+        return var
+    stored_of = np.empty_like(order)  # the inverse permutation, without a sort
+    stored_of[order] = np.arange(order.shape[0], dtype=order.dtype)
+    return var.iloc[stored_of]
 
 
 def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:

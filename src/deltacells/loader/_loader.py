@@ -112,7 +112,10 @@ class CellLoader:
         decoding each chunk several times per epoch (and a block across two chunks decodes both).
     buffer_size
         Cells per window, shuffled together (default: 16 batches, at least 16,384 cells). Larger windows give
-        batches closer to uniform random sampling, for more memory.
+        batches closer to uniform random sampling, for more memory. The sparse batches of a window share two
+        arrays (each batch's ``indices`` and ``data`` are slices of them: one allocation per window, not one
+        per batch, whose fresh pages would each cost a fault): a batch kept after the loop keeps its window's
+        arrays in memory; ``batch.X.copy()`` keeps its rows alone.
     prefetch
         Windows read ahead of the consumer (each holds ``buffer_size`` decoded cells).
     rank, world_size
