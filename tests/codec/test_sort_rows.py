@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deltacells.codec._kernels import BITMAP_DENSITY, sort_rows
+from deltacells.codec._kernels import bitmap_sorts, radix_passes, sort_rows
 
 
 def _rows(n_columns: int, lengths: list[int], seed: int, dtype: type) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -21,11 +21,13 @@ def _rows(n_columns: int, lengths: list[int], seed: int, dtype: type) -> tuple[n
     ("n_columns", "lengths"),
     [
         (19_465, [368, 0, 1, 2, 500, 17]),  # sparse rows: radix, two passes
-        (200, [150, 3, 199, 200]),  # dense rows (and a sparse one): bitmap and radix, one pass
+        (200, [150, 3, 199, 200]),  # one radix pass: short rows through the bitmap, long ones by radix
+        (1_000, [20, 60, 400, 900]),  # short rows through the bitmap, long ones by radix
         (70_000, [300, 2, 5000]),  # three passes
         (3_000_000, [400, 64]),  # three passes, a wide id range
         (20_000_000, [400, 3, 1000]),  # four passes
-        (256, [16, 15, 17]),  # at the density threshold: both ways
+        (256, [16, 100, 256]),  # the widest matrix of one radix pass, both ways
+        (2_000, [2, 3, 180, 500]),  # two passes and 32 words: always by radix
     ],
 )
 def test_rows_are_sorted_with_their_values(n_columns: int, lengths: list[int], dtype: type) -> None:
@@ -38,7 +40,24 @@ def test_rows_are_sorted_with_their_values(n_columns: int, lengths: list[int], d
     sort_rows(indptr, 0, len(lengths), 0, indices, data, n_columns)
     np.testing.assert_array_equal(indices, want_indices)
     np.testing.assert_array_equal(data, want_data)
-    assert any(n * BITMAP_DENSITY >= n_columns for n in lengths) or n_columns > 10_000
+
+
+@pytest.mark.parametrize(
+    ("n_columns", "n", "bitmap"),
+    [
+        (256, 40, True),
+        (256, 200, False),
+        (1_000, 60, True),
+        (1_000, 250, False),
+        (2_000, 2, False),
+        (19_465, 2, False),
+        (19_465, 15_000, False),
+        (20_000_000, 2, False),
+    ],
+)
+def test_the_cost_model_picks_the_bitmap_on_narrow_matrices_only(n_columns: int, n: int, bitmap: bool) -> None:
+    """As measured by ``bench_row_sort.py --classes``: the radix sort wins on every row of a genome-wide matrix."""
+    assert bitmap_sorts((n_columns + 63) >> 6, n, radix_passes(n_columns)) == bitmap
 
 
 def test_a_range_of_rows_at_an_offset_and_rows_in_order() -> None:

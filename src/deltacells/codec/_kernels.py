@@ -230,8 +230,18 @@ _RADIX_BITS = 8
 #: of ``benchmarks/bench_row_sort.py`` took 4.6 to 6.5 ns a nonzero, with unsigned ones 2.9 to 3.1.
 _DIGIT_MASK = np.uint64((1 << _RADIX_BITS) - 1)
 
-#: A row of at least ``1 / BITMAP_DENSITY`` of the columns is sorted through a bitmap, a sparser one by radix.
-BITMAP_DENSITY = 16
+#: The cost model that chooses between the two sorts of a row (:func:`bitmap_sorts`), in tenths of a
+#: nanosecond on the benchmark machine, fitted to ``benchmarks/bench_row_sort.py --classes`` (rows of 4 to
+#: 45,000 columns among 256 to 60,000): the bitmap costs ``BITMAP_WORD_COST`` a 64-bit word of the columns
+#: (most words end a bit-scanning loop on a mispredicted branch) and more a nonzero than the radix sort,
+#: which costs about ``RADIX_ROW_COST`` a row (clearing and summing its buckets). So the bitmap wins for short
+#: rows of narrow matrices only, never on a genome's 20,000 columns (on the Visium matrix's rows of 1,217
+#: nonzeros and more, which a density rule sent to the bitmap, 4.7 ns a nonzero against 2.7 by radix).
+BITMAP_WORD_COST = 65
+RADIX_ROW_COST = 1700  # two passes
+BITMAP_NONZERO_EXTRA = 9  # what a nonzero costs the bitmap more than two radix passes
+RADIX_ROW_COST_ONE_PASS = 1150  # one pass (it also copies the row back from scratch)
+BITMAP_NONZERO_EXTRA_ONE_PASS = 16
 
 
 @_jit
@@ -240,21 +250,22 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
 
     Row ``r`` is ``indices[indptr[r] - offset : indptr[r + 1] - offset]`` (and ``data``), its columns unique
     and below ``n_columns`` (mapped from a tile's stored genes). Linear per row, no comparison sort, two
-    ways chosen by the row's density: a sparse row (under ``1 / BITMAP_DENSITY`` of the columns, as
-    single-cell rows are) by a least-significant-digit radix sort, 8 bits of the column a pass, between the
-    row and a scratch row in L1 cache; a dense one through a bitmap of the columns read back a word at a
-    time, whose cost is the columns' count over 64 plus the row's. On rows of 368 columns of 19,465, about
-    3 ns a nonzero, 8 to 9 times as fast as scipy's ``sort_indices`` (``benchmarks/bench_row_sort.py``). A
-    row already in order is left as it is.
+    ways chosen by a cost model (:func:`bitmap_sorts`): by a least-significant-digit radix sort, 8 bits of
+    the column a pass, between the row and a scratch row in L1 cache (every row of a genome-wide matrix);
+    or through a bitmap of the columns read back a word at a time, whose cost is the columns' count over 64
+    plus the row's (short rows of narrow matrices). On rows of 368 columns of 19,465, about 3 ns a nonzero,
+    8 to 9 times as fast as scipy's ``sort_indices``; on the Visium matrix's own rows, 3.0 ns a nonzero
+    (``benchmarks/bench_row_sort.py``). A row already in order is left as it is.
     """
     n_passes = radix_passes(n_columns)
     top = radix_top(n_columns, n_passes)
     longest = 0
     for r in range(first_row, end_row):
         longest = max(longest, indptr[r + 1] - indptr[r])
-    dense = longest * BITMAP_DENSITY >= n_columns  # some row may be: the bitmap's scratch is needed
-    words = np.zeros(((n_columns + 63) >> 6) if dense else 0, dtype=np.uint64)
-    values = np.empty(n_columns if dense else 0, dtype=data.dtype)
+    n_words = (n_columns + 63) >> 6
+    some_bitmap = bitmap_sorts(n_words, 2, n_passes)  # the shortest rows sorted are the likeliest
+    words = np.zeros(n_words if some_bitmap else 0, dtype=np.uint64)
+    values = np.empty(n_columns if some_bitmap else 0, dtype=data.dtype)
     scratch = radix_scratch(longest, indices, data)
     counts = np.zeros((n_passes, 256), dtype=np.uint64)
     for r in range(first_row, end_row):
@@ -262,7 +273,7 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
         n = indptr[r + 1] - offset - lo
         if n < 2:
             continue
-        if n * BITMAP_DENSITY >= n_columns:
+        if some_bitmap and bitmap_sorts(n_words, n, n_passes):
             _sort_row_bitmap(indices, data, lo, n, words, values, n_columns)
         else:
             row_indices, row_data = indices[lo : lo + n], data[lo : lo + n]
@@ -274,6 +285,20 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
                 row_data[:] = sorted_data
             else:
                 radix_scatter(row_indices, row_data, scratch, row_indices, row_data, counts, n_passes)
+
+
+@_jit
+def bitmap_sorts(n_words, n, n_passes):  # pragma: no cover
+    """Whether a row of ``n`` nonzeros among ``n_words`` words of columns sorts faster through a bitmap.
+
+    From :data:`BITMAP_WORD_COST` and the costs by passes; three passes and more (over 65,536 columns,
+    over 1,024 words) always go by radix.
+    """
+    if n_passes > 2:
+        return False
+    if n_passes == 1:
+        return BITMAP_WORD_COST * n_words + BITMAP_NONZERO_EXTRA_ONE_PASS * n < RADIX_ROW_COST_ONE_PASS
+    return BITMAP_WORD_COST * n_words + BITMAP_NONZERO_EXTRA * n < RADIX_ROW_COST
 
 
 @_jit
