@@ -474,6 +474,10 @@ class Dataset:
 
     def _copy_rows(self, *arrays: np.ndarray) -> None:
         """Copy rows into the output (the gather kernels), mapping the columns to the source's order if asked."""
+        from deltacells.codec._kernels import read_only
+
+        # The source's arrays are read-only in a cached tile and writable in a fresh one: one type for both.
+        arrays = (*(read_only(array) for array in arrays[:3]), *arrays[3:])
         if self._columns is None:
             _gather()(*arrays)
         else:

@@ -86,7 +86,7 @@ def _warm_up(w: WarmUp) -> str:
 def _full_read(r: FullRead) -> str:
     return (
         f"read all    {r.tiles_decoded} tiles decoded in {_ms(r.seconds)} ({_mega(r.nnz / r.seconds)} M nonzeros/s; "
-        f"{_ms(r.seconds_again)}, {_mega(r.nnz / r.seconds_again)} M/s when repeated, in memory already touched); "
+        f"{_ms(r.seconds_again)}, {_mega(r.nnz / r.seconds_again)} M/s when repeated); "
         f"identical to the source: {r.identical} (X {r.same_x}, obs {r.same_obs}, var {r.same_var})"
     )
 

@@ -182,8 +182,9 @@ def sort_output_rows(
         :data:`SORT_TASK_NNZ` nonzeros run on the decoding pool (the kernel releases the GIL).
     """
     from deltacells._threads import shared_pool
-    from deltacells.codec._kernels import sort_rows
+    from deltacells.codec._kernels import read_only, sort_rows
 
+    indptr = read_only(indptr)
     spans = [(0, indptr.shape[0] - 1)] if rows is None else list(rows)
     tasks = []
     for first, end in spans:
