@@ -436,11 +436,11 @@ def check_table(table: np.ndarray, indptr: np.ndarray, header: TileHeader, name:
     numpy checks of ``check_chunk_table``); only when it finds a broken one do the numpy checks run, to
     say which and where. The ``indptr`` must have been checked (non-decreasing from 0).
     """
-    from deltacells.codec._kernels import chunk_table_ok, read_only  # numba loads on the first decode
+    from deltacells.codec._kernels import chunk_table_ok  # numba loads on the first decode, not on import
 
     min_offset = HEADER_SIZE + CHUNK_ENTRY_SIZE * header.n_chunks
     sizes = (header.n_cells, header.nnz, header.total_size, min_offset)
-    if not chunk_table_ok(read_only(table), read_only(indptr), *(np.uint64(size) for size in sizes)):
+    if not chunk_table_ok(table, indptr, *(np.uint64(size) for size in sizes)):
         check_chunk_table(table, indptr, header, name=name)
         msg = f"{name}: the chunk table breaks a rule of the format"  # pragma: no cover - both agree
         raise FormatError(msg)
@@ -516,7 +516,6 @@ def _decode_chunk(
     cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
     n = nnz_hi - nnz_lo
     assert out_indices.shape[0] == n and out_data.shape[0] == n
-    indptr = _kernels.read_only(indptr)
     gaps_where, vals_where = f"{where} gaps", f"{where} vals"
     # The frames' declared sizes were checked (_check_frame_sizes) before the output was allocated. They are
     # decompressed into this thread's scratch buffers, which the kernel consumes before the next chunk.

@@ -176,8 +176,14 @@ class TileHeader:
 
 
 def read_chunk_table(blob: bytes | memoryview, header: TileHeader) -> np.ndarray:
-    """Return the chunk table as a ``(n_chunks, 12)`` uint64 array (a view of ``blob``)."""
-    return np.frombuffer(blob, dtype="<u8", count=12 * header.n_chunks, offset=HEADER_SIZE).reshape(header.n_chunks, 12)
+    """Return the chunk table as a ``(n_chunks, 12)`` uint64 array: a read-only view of ``blob``.
+
+    Read-only whatever the bytes (a pooled ``bytearray`` is writable): it is never written, and the kernels that
+    read it are compiled for read-only arrays only.
+    """
+    table = np.frombuffer(blob, dtype="<u8", count=12 * header.n_chunks, offset=HEADER_SIZE)
+    table.flags.writeable = False
+    return table.reshape(header.n_chunks, 12)
 
 
 def check_chunk_table(table: np.ndarray, indptr: np.ndarray, header: TileHeader, *, name: str = "tile") -> None:

@@ -314,9 +314,8 @@ def parse_prefix(
     )
     _check_indptr(indptr, header, name)
     table = read_chunk_table(view, header).astype(np.uint64, copy=True)
+    indptr.flags.writeable = table.flags.writeable = False  # what the kernels are compiled for (and never write)
     check_table(table, indptr, header, name)
-    indptr.flags.writeable = False
-    table.flags.writeable = False
     return TilePrefix(header, indptr, table)
 
 
