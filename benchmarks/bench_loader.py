@@ -31,7 +31,9 @@ Shuffle quality: for each loader, the per-batch frequency of each sample; its sp
 over batches, root mean square over samples) against that of truly random batches (``np.random.permutation``
 cut into batches; 1.0 is uniform random sampling), and the number of distinct samples per batch. For the
 deltacells grid it is computed from the epoch's plan (every batch of an epoch, no data read), which the timed
-runs check against the labels the loader actually gave.
+runs check against the labels the loader actually gave; so is that of the default blocks and windows in tile
+groups (``--group-tiles``: the blocks of groups of that many tiles shuffled together, object storage's default
+being 64 tiles), what fetching each tile once an epoch from a bucket costs in mixing.
 
 Peers live in benchmark environments only (``nox -s bench_loader``; ``benchmarks/loader-requirements.txt``):
 torch's CPU build (scDataset, tiledbsoma-ml) is on Python 3.11 here and annbatch needs 3.12 or later, so
@@ -136,11 +138,15 @@ def _epochs_deltacells(spec: dict[str, Any]) -> Any:
         obs_columns=[LABEL],
         block_size=spec.get("block_size"),
         buffer_size=spec.get("buffer_size"),
+        group_tiles=spec.get("group_tiles"),
         gene_order=spec.get("gene_order"),
         storage_options=spec.get("storage_options"),
         cache_dir=spec["cache_dir"],
     )
-    spec["_info"] = {"block_size": loader.block_size, "buffer_size": loader.buffer_size, "prefetch": loader.prefetch}
+    spec["_info"] = {
+        "block_size": loader.block_size, "buffer_size": loader.buffer_size, "group_tiles": loader.group_tiles,
+        "prefetch": loader.prefetch,
+    }  # fmt: skip
 
     def epoch(k: int) -> Any:
         loader.set_epoch(k)
@@ -483,12 +489,21 @@ def _block_label(block: int | str) -> str:
 
 
 def plan_codes(
-    path: str, labels: np.ndarray, block: int | str, buffer: int, batch_size: int, seed: int, epoch: int = 0
+    path: str,
+    labels: np.ndarray,
+    block: int | str,
+    buffer: int,
+    batch_size: int,
+    seed: int,
+    epoch: int = 0,
+    group_tiles: int = 0,
 ) -> np.ndarray:
     """The label of every cell of an epoch of a ``CellLoader``, in the order it yields them (from its plan)."""
     import deltacells
 
-    loader = deltacells.CellLoader(path, batch_size=batch_size, seed=seed, block_size=block, buffer_size=buffer)
+    loader = deltacells.CellLoader(
+        path, batch_size=batch_size, seed=seed, block_size=block, buffer_size=buffer, group_tiles=group_tiles
+    )
     loader.set_epoch(epoch)
     plan = loader._plan()  # the epoch's plan: which cells each batch holds, drawn from the seed (no data read)
     parts = [loader._source.cell_numbers(plan.window(a, b).positions) for a, b in plan.windows()]
@@ -497,7 +512,8 @@ def plan_codes(
 
 def shuffle_grid(
     path: str, labels: np.ndarray, n_labels: int, args: argparse.Namespace
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Shuffle quality from the plan: the grid of ``block_size`` x ``buffer_size``; tile groups; random batches."""
     grid = []
     for block in args.block_sizes:
         for buffer in args.buffer_sizes:
@@ -507,13 +523,22 @@ def shuffle_grid(
                 "buffer_size": buffer,
                 **quality(batch_counts(codes, n_labels, args.batch_size), args.batch_size),
             })  # fmt: skip
+    groups = []
+    for group in args.group_tiles:  # the default blocks and windows, in tile groups (object storage's default: 64)
+        codes = plan_codes(path, labels, "chunk", args.group_buffer, args.batch_size, args.seed, group_tiles=group)
+        groups.append({
+            "block_size": "chunk",
+            "buffer_size": args.group_buffer,
+            "group_tiles": group,
+            **quality(batch_counts(codes, n_labels, args.batch_size), args.batch_size),
+        })  # fmt: skip
     rng = np.random.default_rng(args.seed)
     randoms = [
         quality(batch_counts(labels[rng.permutation(labels.shape[0])], n_labels, args.batch_size), args.batch_size)
         for _ in range(5)
     ]
     random = {k: float(np.mean([r[k] for r in randoms])) for k in randoms[0]}
-    return grid, random
+    return grid, groups, random
 
 
 # ============================================================================================ S3
@@ -742,7 +767,10 @@ def check_plans(results: dict[Any, dict[str, Any]], path: str, labels: np.ndarra
         if counts is None or not entry.pop("check", False):
             continue
         used = entry.get("settings", {})
-        codes = plan_codes(path, labels, used["block_size"], used["buffer_size"], args.batch_size, args.seed, epoch=1)
+        codes = plan_codes(
+            path, labels, used["block_size"], used["buffer_size"], args.batch_size, args.seed, epoch=1,
+            group_tiles=used.get("group_tiles", 0),
+        )  # fmt: skip
         expected = batch_counts(codes, n_labels, args.batch_size)[: len(counts)]
         if not np.array_equal(expected, np.asarray(counts)[: expected.shape[0]]):
             entry.setdefault("errors", []).append("the labels of its batches differ from those of its plan")
@@ -759,6 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of timed runs (best kept)")
     parser.add_argument("--block-sizes", default="16,64,chunk,2048", help="cells, or 'chunk' (the default)")
     parser.add_argument("--buffer-sizes", default="2048,8192,16384,32768")
+    parser.add_argument("--group-tiles", default="8,16,32,64", help="tile groups whose shuffle quality is reported")
+    parser.add_argument("--group-buffer", type=int, default=16384, help="buffer_size of the tile-group rows")
     parser.add_argument(
         "--grid-throughput",
         action=argparse.BooleanOptionalAction,
@@ -790,9 +820,11 @@ def main(argv: list[str] | None = None) -> int:
         args.cells, args.samples, args.warmup, args.rounds = 16_000, 16, 3, 1
         args.max_seconds, args.grid_throughput = 10, False
         args.block_sizes, args.buffer_sizes = "64,chunk,2048", "2048,8192"
+        args.group_tiles, args.group_buffer = "2,4", 2048  # 8 tiles
     args.warmup = max(1, args.warmup)
     args.block_sizes = [x if x == "chunk" else int(x) for x in args.block_sizes.split(",")]
     args.buffer_sizes = [int(x) for x in args.buffer_sizes.split(",")]
+    args.group_tiles = [int(x) for x in args.group_tiles.split(",") if x]
     args.loaders = [x for x in args.loaders.split(",") if x]
     unknown = [x for x in args.loaders if x not in LOADERS]
     if unknown:
@@ -825,7 +857,10 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "interpreters": {info["python"]: info["packages"] for info in interpreters.values()},
-        "settings": {k: getattr(args, k) for k in (*settings, "block_sizes", "buffer_sizes", "seed", "quick")},
+        "settings": {
+            k: getattr(args, k)
+            for k in (*settings, "block_sizes", "buffer_sizes", "group_tiles", "group_buffer", "seed", "quick")
+        },
         "load_before": os.getloadavg(),
     }
     server = None
@@ -854,10 +889,10 @@ def main(argv: list[str] | None = None) -> int:
         results = time_runs(runs, base, interpreters, args, log)
         if "deltacells" in paths:
             check_plans(results, paths["deltacells"], labels, len(categories), args)
-            grid, random = shuffle_grid(paths["deltacells"], labels, len(categories), args)
+            grid, groups, random = shuffle_grid(paths["deltacells"], labels, len(categories), args)
         else:
-            grid, random = [], {}
-        report["shuffle"] = {"grid": grid, "random": random}
+            grid, groups, random = [], [], {}
+        report["shuffle"] = {"grid": grid, "groups": groups, "random": random}
         report["results"] = list(results.values())
         report["ratios"] = ratios(report["results"])
     finally:
@@ -948,13 +983,13 @@ def summary(report: dict[str, Any]) -> str:
             "",
             f"shuffle quality, one epoch from the plan (truly random batches: spread {random['spread']:.4f}, "
             f"{random['distinct']:.1f} labels per batch):",
-            "| block_size | buffer_size | spread / random | labels per batch | top label share |",
-            "|---:|---:|---:|---:|---:|",
+            "| block_size | buffer_size | group_tiles | spread / random | labels per batch | top label share |",
+            "|---:|---:|---:|---:|---:|---:|",
         ]
-        for g in report["shuffle"]["grid"]:
+        for g in report["shuffle"]["grid"] + report["shuffle"].get("groups", []):
             lines.append(
-                f"| {g['block_size']} | {g['buffer_size']} | {g['spread'] / random['spread']:.2f} | "
-                f"{g['distinct']:.1f} | {g['top_share']:.3f} |"
+                f"| {g['block_size']} | {g['buffer_size']} | {g.get('group_tiles', 0)} | "
+                f"{g['spread'] / random['spread']:.2f} | {g['distinct']:.1f} | {g['top_share']:.3f} |"
             )
     return "\n".join(lines)
 

@@ -11,10 +11,11 @@ from deltacells.loader._plan import EpochPlan, make_blocks
 
 
 def plan(bounds, *, block_size=4, epoch=0, seed=0, shuffle=True, batch_size=5, buffer_size=12, drop_last=False,
-         shard=0, n_shards=1) -> EpochPlan:  # fmt: skip
+         shard=0, n_shards=1, group_tiles=0) -> EpochPlan:  # fmt: skip
     return EpochPlan(
         make_blocks(np.asarray(bounds, dtype=np.int64), block_size), epoch=epoch, seed=seed, shuffle=shuffle,
         batch_size=batch_size, buffer_size=buffer_size, drop_last=drop_last, shard=shard, n_shards=n_shards,
+        group_tiles=group_tiles,
     )  # fmt: skip
 
 
@@ -110,3 +111,40 @@ def test_an_empty_selection_gives_no_batch(n_shards):
     for shard in range(n_shards):
         p = plan([0, 0, 0], shard=shard, n_shards=n_shards)
         assert p.n_batches == 0 and p.windows() == []
+
+
+@pytest.mark.parametrize("group_tiles", [1, 2, 3])
+def test_tile_groups_order_the_blocks_group_by_group(group_tiles):
+    """Tiles in a random order, cut into groups; each group's blocks together, in a random order among them."""
+    bounds = np.arange(0, 8 * 12 + 1, 12)  # 8 tiles of 12 cells, blocks of 4
+    p = plan(bounds, group_tiles=group_tiles, buffer_size=100)
+    starts, _, tiles = p._ranges
+    n_groups = -(-8 // group_tiles)
+    per_group = 3 * group_tiles  # blocks of a whole group
+    seen: set[int] = set()
+    for g in range(n_groups):
+        group = tiles[g * per_group : (g + 1) * per_group]
+        assert len(set(group.tolist())) == min(group_tiles, 8 - g * group_tiles)  # whole tiles, each in one group
+        assert not seen & set(group.tolist())
+        seen |= set(group.tolist())
+        assert np.all(np.bincount(group, minlength=8)[list(set(group.tolist()))] == 3)  # every block of each tile
+    np.testing.assert_array_equal(np.sort(stream(p)), np.arange(96))
+    assert tiles.tolist() != sorted(tiles.tolist())
+    np.testing.assert_array_equal(tiles, starts // 12)
+    # the order differs by epoch; one group of every tile orders the blocks as no groups
+    assert plan(bounds, group_tiles=group_tiles, epoch=1)._ranges[2].tolist() != tiles.tolist()
+    np.testing.assert_array_equal(plan(bounds, group_tiles=8)._ranges[0], plan(bounds)._ranges[0])
+
+
+def test_tile_groups_cut_into_shards_cover_every_cell_once():
+    bounds = np.arange(0, 10 * 7 + 1, 7)
+    shards = [stream(plan(bounds, group_tiles=3, shard=r, n_shards=3)) for r in range(3)]
+    np.testing.assert_array_equal(np.sort(np.concatenate(shards)), np.arange(70))
+
+
+def test_window_tiles():
+    bounds = np.arange(0, 4 * 12 + 1, 12)
+    p = plan(bounds, group_tiles=2, buffer_size=24)
+    for first, end in p.windows():
+        positions = p.window(first, end).positions
+        np.testing.assert_array_equal(p.window_tiles(first, end), np.unique(positions // 12))

@@ -11,6 +11,7 @@ batches ``4w .. 4w + 3``.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -183,14 +184,15 @@ def test_an_epoch_of_whole_tile_blocks_gets_each_tile_once(
 def test_an_epoch_of_chunk_blocks_decodes_each_chunk_once(
     s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
 ) -> None:
-    """Blocks of one chunk each (the default): the chunk tables are read when the loader is made (one ranged GET
-    of each tile's first bytes), then each window reads the chunks it wants: a tile's first read is whole (its
-    prefix is then kept), the next ones only the frames of the chunks wanted. Each chunk is decoded once.
+    """Blocks of one chunk each (the default), no tile groups: the chunk tables are read when the loader is made
+    (one ranged GET of each tile's first bytes), then each window reads the chunks it wants: a tile's first read
+    is whole (its prefix is then kept), the next ones only the frames of the chunks wanted. Each chunk is
+    decoded once.
     """
     s3_proxy.proxy.reset()
     load = CellLoader(
-        proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, storage_options=s3_proxy.storage_options,
-        cache_dir=tmp_path / "cache",
+        proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, group_tiles=0,
+        storage_options=s3_proxy.storage_options, cache_dir=tmp_path / "cache",
     )  # fmt: skip
     assert load.block_size == "chunk"
     heads = [record for record in s3_proxy.proxy.requests() if "/tiles/" in record.path]
@@ -220,6 +222,49 @@ def test_an_epoch_of_chunk_blocks_decodes_each_chunk_once(
     assert all(r.bytes == tile_bytes[_tile_number(r)] or not r.range.startswith("bytes=0-") for r in records)
     assert sum(r.bytes for r in records) <= first_epoch_bytes
     assert load.dataset.chunks_decoded == 2 * N_TILES * N_CHUNKS
+
+
+@pytest.mark.parametrize("group_tiles", [None, 4])
+def test_tile_groups_fetch_each_tile_once_an_epoch(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, source: ad.AnnData, tmp_path: Path, group_tiles: int | None
+) -> None:
+    """Chunk blocks in tile groups (on object storage by default, 64 tiles: here one group of all 10 tiles): each
+    tile is fetched whole with one GET per epoch, ahead of the windows that read it and shared by them, and
+    each chunk is decoded once; groups of 4 tiles give each window the tiles of one or two groups."""
+    load = CellLoader(
+        proxied_dataset, batch_size=BATCH, buffer_size=BUFFER, group_tiles=group_tiles,
+        storage_options=s3_proxy.storage_options, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert load.group_tiles == (64 if group_tiles is None else group_tiles)
+    for epoch in (0, 1):
+        batches, records = _epoch_requests(s3_proxy, load, epoch)
+        assert len(batches) == N_BATCHES
+        seen = np.concatenate([b.index for b in batches])
+        np.testing.assert_array_equal(np.sort(seen), np.arange(N_CELLS))
+        for batch in batches[::5]:
+            np.testing.assert_array_equal(batch.X.toarray(), _rows(source, batch.index))
+        _assert_whole_tile_gets(load, records)
+        assert _tile_gets(records) == Counter(dict.fromkeys(range(N_TILES), 1))
+        assert load.dataset.chunks_decoded == (epoch + 1) * N_TILES * N_CHUNKS  # no chunk decoded twice
+        assert s3_proxy.proxy.max_in_flight > 1
+        if group_tiles == 4:  # the blocks (chunks) come group by group: 4 tiles of 4 chunks, 4, then 2
+            tiles = load._plan()._ranges[2]
+            groups = [set(tiles[k : k + 4 * N_CHUNKS].tolist()) for k in range(0, len(tiles), 4 * N_CHUNKS)]
+            assert [len(group) for group in groups] == [4, 4, 2]
+
+
+def test_tile_groups_on_disk_order_as_on_object_storage(
+    s3_bucket: S3Bucket, bucket_dataset: str, source: ad.AnnData, tmp_path: Path
+) -> None:
+    """The same settings give the same batches from a bucket and from a copy on disk; the defaults differ (tile
+    groups on object storage only), but not for a dataset of fewer tiles than a group."""
+    local = _write(source, str(tmp_path / "local.deltacells"), {})
+    options = {"batch_size": BATCH, "buffer_size": BUFFER, "cache_dir": tmp_path / "cache"}
+    remote = CellLoader(bucket_dataset, group_tiles=3, storage_options=s3_bucket.storage_options, **options)
+    on_disk = CellLoader(local, group_tiles=3, **options)
+    assert _indices(list(remote)) == _indices(list(on_disk))
+    assert CellLoader(local, **options).group_tiles == 0
+    assert _indices(list(CellLoader(local, **options))) != _indices(list(on_disk))
 
 
 @pytest.mark.parametrize("prefetch", [1, 2])
@@ -305,7 +350,7 @@ def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp
     deltacells.write_deltacells(
         source, url, storage_options=s3_proxy.direct_storage_options, tile_size=1024, n_chunks=8, progress=False
     )
-    load = CellLoader(url, batch_size=128, buffer_size=256, storage_options=s3_proxy.storage_options)
+    load = CellLoader(url, batch_size=128, buffer_size=256, group_tiles=0, storage_options=s3_proxy.storage_options)
     assert load.block_size == "chunk"
     batches, records = _epoch_requests(s3_proxy, load, 0)
     seen = np.concatenate([b.index for b in batches])
@@ -319,3 +364,42 @@ def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp
     assert any(r.range is not None and not r.range.startswith("bytes=0-") for r in tiles)  # frames, not whole
     assert moved < 1.5 * stored, (moved, stored)  # whole tiles, once per block: 8 times the bytes
     assert load.dataset.chunks_decoded == 4 * 8
+
+
+def test_rows_read_with_tiles_fetched_by_the_caller(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, source: ad.AnnData
+) -> None:
+    """``read_row_batches(fetched=...)``: the tiles the caller fetched whole come from its fetches (no other
+    request for them), the others are read as usual; the rows are the same either way."""
+    dataset = deltacells.open_dataset(proxied_dataset, storage_options=s3_proxy.storage_options)
+    dataset = dataset.with_gene_order("original")  # the columns of the AnnData written
+    rows = np.random.default_rng(0).permutation(N_CELLS)[:300]  # cells of every tile
+    cuts = np.array([0, 100, 300])
+    expected = [_rows(source, rows[a:b]) for a, b in itertools.pairwise(cuts.tolist())]
+    for given in (set(range(N_TILES)), {0, 3, 4}):
+        s3_proxy.proxy.reset()
+        fetches = {tile: dataset.submit_tile_fetch(tile) for tile in given}
+        matrices = dataset.read_row_batches(rows, cuts, fetched=fetches.get)
+        for matrix, rows_expected in zip(matrices, expected, strict=True):
+            np.testing.assert_array_equal(matrix.toarray(), rows_expected)
+            assert matrix.has_sorted_indices
+        gets = _tile_gets(s3_proxy.proxy.requests())
+        assert all(gets[tile] == 1 for tile in given)  # the caller's fetch only
+        assert set(gets) == set(range(N_TILES))
+
+
+def test_default_tile_groups_hold_at_most_256_mib(s3_bucket: S3Bucket, bucket_dataset: str, tmp_path: Path) -> None:
+    from deltacells.loader import _loader
+
+    options = {"storage_options": s3_bucket.storage_options, "cache_dir": tmp_path / "cache"}
+    assert CellLoader(bucket_dataset, **options).group_tiles == 64
+    dataset = deltacells.open_dataset(bucket_dataset, storage_options=s3_bucket.storage_options)
+    tile_bytes = float(np.mean(dataset.manifest.tile_bytes))
+    limit = _loader.DEFAULT_REMOTE_GROUP_BYTES
+    try:
+        _loader.DEFAULT_REMOTE_GROUP_BYTES = int(10 * tile_bytes)
+        assert CellLoader(bucket_dataset, **options).group_tiles == 10
+        _loader.DEFAULT_REMOTE_GROUP_BYTES = 1
+        assert CellLoader(bucket_dataset, **options).group_tiles == 1
+    finally:
+        _loader.DEFAULT_REMOTE_GROUP_BYTES = limit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +17,8 @@ from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES, TileCache, TileReader
 from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
     from numpy.typing import DTypeLike
 
@@ -298,6 +300,7 @@ class Dataset:
         dtype: DTypeLike = np.float32,
         sort_columns: bool = True,
         threads: int | None = None,
+        fetched: Callable[[int], Future[bytes] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
         """:meth:`read_rows_uncached`, its rows cut into matrices of their own (a training loader's batches).
 
@@ -316,6 +319,9 @@ class Dataset:
         threads
             Threads reading and decoding (default: the dataset's); 1 reads on the calling thread alone, for a
             caller reading several sets of rows at once on threads of its own.
+        fetched
+            For tiles being fetched whole already (:meth:`submit_tile_fetch`): ``fetched(tile)`` is the fetch
+            of ``tile``, or None for a tile to read as usual. Such a tile is checked whole (its CRC-32 too).
 
         Raises
         ------
@@ -335,8 +341,9 @@ class Dataset:
         dtype = np.dtype(dtype)
         decoded = dtype if dtype in DIRECT_DTYPES else np.dtype(np.float64 if dtype.kind == "f" else np.int64)
         matrices, large = read_rows_by_chunk(
-            self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads
-        )
+            self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads,
+            fetched=fetched,
+        )  # fmt: skip
         self._warn_if_inexact(large, dtype)
         sorted_rows = self._columns is None or sort_columns
         for matrix in matrices:
@@ -345,6 +352,14 @@ class Dataset:
             matrix.has_sorted_indices = sorted_rows  # set, not computed (see _csr)
             matrix.has_canonical_format = sorted_rows
         return matrices
+
+    def submit_tile_fetch(self, tile: int) -> Future[bytes]:
+        """Start fetching tile ``tile`` whole: one request, many in flight at once (the store's I/O threads).
+
+        For a reader that knows which tiles it will read next (a training loader reading tile groups from
+        object storage); pass the fetches to :meth:`read_row_batches` (``fetched``).
+        """
+        return self._tiles._submit_fetch(tile)
 
     def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
         """Cells ``start .. stop - 1``: the tiles wanted whole and not cached decode straight into the output.

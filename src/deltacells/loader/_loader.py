@@ -6,7 +6,7 @@ import hashlib
 import os
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -17,6 +17,7 @@ from scipy import sparse
 
 from deltacells._threads import default_threads
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, blocks_between, make_blocks
@@ -33,6 +34,11 @@ CHUNK_BLOCKS = "chunk"
 #: Cells per window unless the caller says: this many batches' worth, and at least DEFAULT_MIN_BUFFER.
 DEFAULT_BUFFER_BATCHES = 16
 DEFAULT_MIN_BUFFER = 16384
+
+#: Tiles per group on object storage unless the caller says (on a local disk: no groups), and the most bytes of
+#: tiles such a group may hold (fewer tiles per group when 64 average tiles hold more).
+DEFAULT_REMOTE_GROUP_TILES = 64
+DEFAULT_REMOTE_GROUP_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -116,6 +122,16 @@ class CellLoader:
         arrays (each batch's ``indices`` and ``data`` are slices of them: one allocation per window, not one
         per batch, whose fresh pages would each cost a fault): a batch kept after the loop keeps its window's
         arrays in memory; ``batch.X.copy()`` keeps its rows alone.
+    group_tiles
+        Tiles whose blocks are shuffled together, each read once per epoch: every epoch the tiles are put in a
+        random order and cut into groups of this many, and the blocks come group after group, each group's in
+        a random order (then windows and batches, as above). On object storage each tile of a group is then
+        fetched whole with one request, ahead of the first window that reads it, and kept (compressed) until
+        the last one has: one request per tile and epoch instead of one per chunk, for a little less mixing
+        (a window's cells come from fewer tiles) and about ``group_tiles`` tiles' bytes in memory. ``0``: no
+        groups, every block of the epoch shuffled together (each window reads its chunks in byte ranges).
+        Default: on object storage 64, or fewer if 64 tiles of the dataset's average size hold more than
+        256 MiB; on a local disk 0 (a ranged read there costs no round trip).
     prefetch
         Windows read ahead of the consumer (each holds ``buffer_size`` decoded cells).
     rank, world_size
@@ -161,6 +177,7 @@ class CellLoader:
         gene_order: str | None = None,
         block_size: int | str | None = None,
         buffer_size: int | None = None,
+        group_tiles: int | None = None,
         prefetch: int = 2,
         rank: int | None = None,
         world_size: int | None = None,
@@ -184,11 +201,14 @@ class CellLoader:
         self.block_size: int | str = _block_size(block_size)
         default_buffer = max(DEFAULT_BUFFER_BATCHES * self.batch_size, DEFAULT_MIN_BUFFER)
         self.buffer_size = _positive("buffer_size", default_buffer if buffer_size is None else buffer_size)
+        self.group_tiles = _non_negative(
+            "group_tiles", _default_group_tiles(self.dataset) if group_tiles is None else group_tiles
+        )
         self.rank, self.world_size = _rank_and_world_size(rank, world_size)
         self.obs_columns = _obs_columns(obs_columns)
         self._obs_store = self._open_obs() if self.obs_columns else None
         if self.block_size == CHUNK_BLOCKS:
-            self._blocks = blocks_between(self._source.chunk_bounds())
+            self._blocks = blocks_between(self._source.chunk_bounds(), self._source.tile_bounds())
         else:
             self._blocks = make_blocks(self._source.tile_bounds(), int(self.block_size))
         self.epoch = 0
@@ -320,7 +340,8 @@ class CellLoader:
         if state["plan"] != self._plan_digest():
             msg = (
                 "this state comes from a loader with other settings (cells, batch_size, seed, block_size, "
-                "buffer_size, drop_last, shuffle or rank/world_size): make the loader as before to resume"
+                "buffer_size, group_tiles, drop_last, shuffle or rank/world_size): make the loader as before to "
+                "resume"
             )
             raise InvalidValueError(msg)
         done = int(state["batches_done"])
@@ -378,20 +399,35 @@ class CellLoader:
             return
         start_cell, stop_cell = first * self.batch_size, min(end * self.batch_size, plan.n_yielded_cells)
         windows = plan.windows(start_cell)
+        fetches = self._tile_fetches(plan, windows)
         pool = ThreadPoolExecutor(max_workers=min(self.prefetch, len(windows)), thread_name_prefix="deltacells-load")
         ahead: deque[Future[list[_Piece]]] = deque()
-        todo = iter(windows)
+        todo = iter(enumerate(windows))
+
+        def read(k: int, span: tuple[int, int]) -> list[_Piece]:
+            if fetches is None:
+                return self._read_window(plan, *span, start_cell, stop_cell, threads)
+            try:
+                return self._read_window(plan, *span, start_cell, stop_cell, threads, fetches.fetched)
+            finally:
+                fetches.done(k)
+
+        def submit(k: int, span: tuple[int, int]) -> Future[list[_Piece]]:
+            if fetches is not None:  # the tiles of this window and of the next few are fetched (or on their way)
+                fetches.start(k + 1 + self.prefetch)
+            return pool.submit(read, k, span)
+
         try:
-            for span in todo:
-                ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell, threads))
+            for k, span in todo:
+                ahead.append(submit(k, span))
                 if len(ahead) >= self.prefetch:
                     break
             pending = _Pending()
             while ahead:
                 pieces = ahead.popleft().result()
-                span = next(todo, None)
-                if span is not None:
-                    ahead.append(pool.submit(self._read_window, plan, *span, start_cell, stop_cell, threads))
+                upcoming = next(todo, None)
+                if upcoming is not None:
+                    ahead.append(submit(*upcoming))
                 pending.extend(pieces)
                 while pending.n_cells >= self.batch_size or (not ahead and pending.n_cells):
                     yield self._finish(*pending.take(self.batch_size))
@@ -399,13 +435,36 @@ class CellLoader:
             for future in ahead:
                 future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
+            if fetches is not None:
+                fetches.close()
+
+    def _tile_fetches(self, plan: EpochPlan, windows: list[tuple[int, int]]) -> TileFetches | None:
+        """Whole-tile fetches shared by the windows, with tile groups on object storage; else None.
+
+        None too when no tile is read by two windows (blocks of whole tiles): each window fetches its own.
+        """
+        if not plan.group_tiles or not plan.shuffle or self.dataset.store.is_local:
+            return None
+        window_tiles = [plan.window_tiles(*span) for span in windows]
+        read = sum(tiles.shape[0] for tiles in window_tiles)
+        if read == np.unique(np.concatenate(window_tiles)).shape[0] if window_tiles else True:
+            return None
+        return TileFetches(self.dataset.submit_tile_fetch, window_tiles)
 
     def _read_window(
-        self, plan: EpochPlan, first_range: int, end_range: int, start_cell: int, stop_cell: int, threads: int
+        self,
+        plan: EpochPlan,
+        first_range: int,
+        end_range: int,
+        start_cell: int,
+        stop_cell: int,
+        threads: int,
+        fetched: Callable[[int], Future[bytes] | None] | None = None,
     ) -> list[_Piece]:
         """Read and decode one window's cells of stream cells ``start_cell .. stop_cell - 1``, shuffled.
 
-        ``threads`` decode it (the CPUs shared among the windows read at once, see :meth:`__iter__`).
+        ``threads`` decode it (the CPUs shared among the windows read at once, see :meth:`__iter__`);
+        ``fetched`` gives the fetches of tiles being read whole (:class:`TileFetches`), if any.
 
         They come as pieces that never cross a batch's edge in the stream (each its own matrix, so a
         batch is a piece, or a few joined), with their cell numbers and obs values.
@@ -421,7 +480,9 @@ class CellLoader:
         # Each chunk is read once per epoch: past the tile cache, decoded straight into each batch's arrays.
         # Rows made dense next need not have their columns sorted.
         sort = self.output in SPARSE_OUTPUTS or self._source.genes is not None
-        matrices = self.dataset.read_row_batches(cells, cuts, dtype=self.dtype, sort_columns=sort, threads=threads)
+        matrices = self.dataset.read_row_batches(
+            cells, cuts, dtype=self.dtype, sort_columns=sort, threads=threads, fetched=fetched
+        )
         if self._source.genes is not None:
             matrices = [matrix[:, self._source.genes] for matrix in matrices]
         obs = {}
@@ -507,6 +568,7 @@ class CellLoader:
         return EpochPlan(
             self._blocks, epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, batch_size=self.batch_size,
             buffer_size=self.buffer_size, drop_last=self.drop_last, shard=self.rank, n_shards=self.world_size,
+            group_tiles=self.group_tiles,
         )  # fmt: skip
 
     def _plan_digest(self) -> str:
@@ -516,7 +578,8 @@ class CellLoader:
         digest.update(b"all" if self._source.cells is None else self._source.cells.tobytes())
         digest.update(self._blocks.starts.tobytes())  # chunk blocks follow the tiles' chunk tables
         settings = (self.batch_size, self.seed, self.block_size, self.buffer_size, self.drop_last, self.shuffle)
-        digest.update(repr((*settings, self.rank, self.world_size)).encode())
+        groups = (self.group_tiles,) if self.group_tiles else ()  # states from before groups stay valid
+        digest.update(repr((*settings, self.rank, self.world_size, *groups)).encode())
         return digest.hexdigest()
 
     def _open_obs(self) -> Any:
@@ -607,6 +670,15 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
         msg = f"rank must be 0 .. world_size - 1 ({world_size - 1}), got {rank}"
         raise InvalidValueError(msg)
     return rank, world_size
+
+
+def _default_group_tiles(dataset: Dataset) -> int:
+    """Tiles per group by default: none on a local disk; on object storage 64, or as many as 256 MiB hold."""
+    if dataset.store.is_local:
+        return 0
+    tile_bytes = np.asarray(dataset.manifest.tile_bytes, dtype=np.float64)
+    mean = float(tile_bytes.mean()) if tile_bytes.shape[0] else 1.0
+    return int(min(DEFAULT_REMOTE_GROUP_TILES, max(1, DEFAULT_REMOTE_GROUP_BYTES // max(mean, 1.0))))
 
 
 def _block_size(value: Any) -> int | str:

@@ -8,7 +8,10 @@ deterministic, shardable and resumable:
    ``block_size`` consecutive selected cells within one tile.
 2. **Epoch order.** The blocks are put in a random order drawn from ``(seed, epoch)`` (or kept in order
    without shuffling), and the resulting stream of cells is cut into ``world_size`` shards of equal numbers of
-   cells (a block on a boundary is split); rank ``r`` takes shard ``r``.
+   cells (a block on a boundary is split); rank ``r`` takes shard ``r``. With tile groups, the tiles are
+   put in a random order and cut into groups of ``group_tiles``, and the blocks come group after group, each
+   group's in a random order: a group's tiles are read by a few consecutive windows only, so that each can
+   be fetched whole once and kept while they read it (on object storage, one request per tile and epoch).
 3. **Windows.** Within a shard, consecutive blocks are grouped into equal windows of at most about
    ``buffer_size`` cells; the cells of a window are shuffled together (read at once, they mix cells of many
    tiles).
@@ -29,10 +32,14 @@ __all__ = ["Blocks", "EpochPlan", "Window", "blocks_between", "make_blocks"]
 
 @dataclass(frozen=True)
 class Blocks:
-    """Runs of selected cells, each within one tile: positions ``[starts[i], stops[i])`` in the selection."""
+    """Runs of selected cells, each within one tile: positions ``[starts[i], stops[i])`` in the selection.
+
+    ``tiles[i]`` is the tile of block ``i``.
+    """
 
     starts: np.ndarray
     stops: np.ndarray
+    tiles: np.ndarray
 
     @property
     def lengths(self) -> np.ndarray:
@@ -61,18 +68,21 @@ def make_blocks(tile_bounds: np.ndarray, block_size: int) -> Blocks:
     first_block = np.cumsum(per_tile) - per_tile
     within = np.arange(tile.shape[0], dtype=np.int64) - np.repeat(first_block, per_tile)
     starts = lo[tile] + within * block_size
-    return Blocks(starts, np.minimum(starts + block_size, hi[tile]))
+    return Blocks(starts, np.minimum(starts + block_size, hi[tile]), tile.astype(np.int64))
 
 
-def blocks_between(bounds: np.ndarray) -> Blocks:
+def blocks_between(bounds: np.ndarray, tile_bounds: np.ndarray) -> Blocks:
     """Blocks from consecutive ``bounds`` (increasing selection positions, repeats allowed): one per run.
 
     For blocks that follow the tiles' chunks (the bounds of :meth:`LoaderSource.chunk_bounds`), so that
-    each block decodes one chunk; bounds with no cell between them make no block.
+    each block decodes one chunk; bounds with no cell between them make no block. ``tile_bounds`` are the
+    tiles' (as for :func:`make_blocks`; each among ``bounds``), which tell each block's tile.
     """
     bounds = np.asarray(bounds, dtype=np.int64)
     keep = bounds[1:] > bounds[:-1]
-    return Blocks(bounds[:-1][keep], bounds[1:][keep])
+    starts = bounds[:-1][keep]
+    tiles = np.searchsorted(np.asarray(tile_bounds, dtype=np.int64), starts, side="right") - 1
+    return Blocks(starts, bounds[1:][keep], tiles.astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,9 @@ class EpochPlan:
         Drop each shard's last, short batch, and give every shard the same number of batches.
     shard, n_shards
         Which shard this plan is for, and how many there are.
+    group_tiles
+        Tiles per group (0: no groups, every block of the epoch shuffled together; see the module's
+        description). With ``shuffle`` only; one group holding every tile orders the blocks as no groups.
     """
 
     blocks: Blocks
@@ -112,13 +125,31 @@ class EpochPlan:
     drop_last: bool
     shard: int
     n_shards: int
+    group_tiles: int = 0
+
+    def _block_order(self) -> np.ndarray:
+        """The blocks in the epoch's order: random (by tile groups), or as they are without shuffling."""
+        n = len(self.blocks)
+        if not self.shuffle:
+            return np.arange(n)
+        rng = self._rng(0)
+        tiles = self.blocks.tiles
+        n_tiles = int(tiles.max()) + 1 if n else 0
+        if not self.group_tiles or n_tiles <= self.group_tiles:  # one group: as without groups
+            return rng.permutation(n)
+        group_of_tile = rng.permutation(n_tiles) // self.group_tiles
+        order = rng.permutation(n)
+        return order[np.argsort(group_of_tile[tiles[order]], kind="stable")]
 
     @cached_property
-    def _ranges(self) -> tuple[np.ndarray, np.ndarray]:
-        """The runs of selection positions of this shard, in stream order (blocks cut at the shard's edges)."""
+    def _ranges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runs of selection positions of this shard, in stream order (blocks cut at the shard's edges).
+
+        Their starts, stops and tiles.
+        """
         lengths = self.blocks.lengths
-        order = self._rng(0).permutation(len(self.blocks)) if self.shuffle else np.arange(len(self.blocks))
-        starts, stops = self.blocks.starts[order], self.blocks.stops[order]
+        order = self._block_order()
+        starts, stops, tiles = self.blocks.starts[order], self.blocks.stops[order], self.blocks.tiles[order]
         ends = np.cumsum(lengths[order])
         total = int(ends[-1]) if ends.shape[0] else 0
         lo, hi = total * self.shard // self.n_shards, total * (self.shard + 1) // self.n_shards
@@ -128,12 +159,12 @@ class EpochPlan:
         if starts.shape[0]:
             starts[0] += lo - (ends[0] - (stops[0] - starts[0]))  # cut the first block at the shard's start
             stops[-1] -= ends[-1] - hi  # and the last at its end
-        return starts, stops
+        return starts, stops, tiles[first:last]
 
     @property
     def n_cells(self) -> int:
         """Cells in this shard."""
-        starts, stops = self._ranges
+        starts, stops, _ = self._ranges
         return int((stops - starts).sum())
 
     @property
@@ -157,7 +188,7 @@ class EpochPlan:
         ``buffer_size`` cells, plus the rest of a range), so that the last one is not a small remainder whose
         batches would mix fewer blocks.
         """
-        starts, stops = self._ranges
+        starts, stops, _ = self._ranges
         lengths = stops - starts
         offsets = np.cumsum(lengths) - lengths
         total = int(lengths.sum())
@@ -166,7 +197,7 @@ class EpochPlan:
 
     def windows(self, first_cell: int = 0) -> list[tuple[int, int]]:
         """The windows holding stream cells ``first_cell ..`` of the batches: ``(first range, end range)`` each."""
-        starts, stops = self._ranges
+        starts, stops, _ = self._ranges
         if not starts.shape[0]:
             return []
         window = self._window_of_range
@@ -180,7 +211,7 @@ class EpochPlan:
 
     def window(self, first_range: int, end_range: int) -> Window:
         """The selection positions of a window, in the order they are yielded (shuffled with ``shuffle``)."""
-        starts, stops = self._ranges
+        starts, stops, _ = self._ranges
         lengths = stops[first_range:end_range] - starts[first_range:end_range]
         offset = int((stops[:first_range] - starts[:first_range]).sum())
         positions = np.repeat(starts[first_range:end_range] - np.cumsum(lengths) + lengths, lengths) + np.arange(
@@ -189,6 +220,10 @@ class EpochPlan:
         if self.shuffle:
             positions = positions[self._rng(1, int(self._window_of_range[first_range])).permutation(positions.shape[0])]
         return Window(positions, offset)
+
+    def window_tiles(self, first_range: int, end_range: int) -> np.ndarray:
+        """The tiles a window reads (sorted, each once)."""
+        return np.unique(self._ranges[2][first_range:end_range])
 
     def _rng(self, *stream: int) -> np.random.Generator:
         """A generator drawn from the seed, the epoch and ``stream`` (the same in every process).

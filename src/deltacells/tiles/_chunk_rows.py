@@ -18,6 +18,7 @@ table and the declared sizes of the frames decoded), so a malformed tile raises 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -65,6 +66,7 @@ def read_rows_by_chunk(
     sort: bool = True,
     cuts: np.ndarray | None = None,
     threads: int | None = None,
+    fetched: Callable[[int], Future[bytes] | None] | None = None,
 ) -> tuple[list[sparse.csr_matrix], bool]:
     """Cells ``rows``, in that order, as CSR matrices: each chunk holding one decoded once, past the tile cache.
 
@@ -88,6 +90,9 @@ def read_rows_by_chunk(
         Threads reading tiles and decoding chunks (the shared pool's), or 1: all on the calling thread
         (for a caller that reads several windows at once, each on a thread of its own); default: the
         reader's.
+    fetched
+        ``fetched(tile)``: the fetch of a tile being read whole already (its bytes checked whole, CRC-32
+        included, as a tile read whole here), or None to read it here; None: every tile read here.
 
     Returns
     -------
@@ -114,7 +119,7 @@ def read_rows_by_chunk(
     bounds = np.append(first, n)
     wanted = [ordered[bounds[k] : bounds[k + 1]] - starts[t] for k, t in enumerate(needed.tolist())]
     parallel = (reader.n_threads if threads is None else threads) > 1
-    parts = _checked_tiles(reader, needed, wanted, parallel=parallel)
+    parts = _checked_tiles(reader, needed, wanted, parallel=parallel, fetched=fetched)
 
     lengths = np.empty(n, dtype=np.int64)
     for k, part in enumerate(parts):  # each wanted cell's row length, from its tile's (checked) indptr
@@ -223,8 +228,17 @@ def _decode_chunk_rows(
     return large
 
 
-def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarray], *, parallel: bool) -> list[_Chunks]:
+def _checked_tiles(
+    reader: TileReader,
+    tiles: np.ndarray,
+    wanted: list[np.ndarray],
+    *,
+    parallel: bool,
+    fetched: Callable[[int], Future[bytes] | None] | None = None,
+) -> list[_Chunks]:
     """Each tile read and checked, with the chunks holding its wanted cells.
+
+    A tile that ``fetched`` gives a fetch of (a caller's, fetched whole) is taken from it and checked whole.
 
     A tile whose prefix the reader keeps (from an earlier read) is read in ranges, only the frames of the
     chunks wanted, when those are at most ``RANGED_MAX_SHARE`` of its bytes; else it is read whole (and
@@ -235,6 +249,16 @@ def _checked_tiles(reader: TileReader, tiles: np.ndarray, wanted: list[np.ndarra
     """
     store = reader.store
     manifest = reader.manifest
+    if fetched is not None:
+        given = [fetched(t) for t in tiles.tolist()]
+        if all(fetch is not None for fetch in given):  # a loader's tile group: every tile fetched whole
+            return [_from_fetch(reader, t, False, f, w) for t, f, w in zip(tiles.tolist(), given, wanted, strict=True)]
+        if any(fetch is not None for fetch in given):
+            mine = [k for k, fetch in enumerate(given) if fetch is None]
+            parts = _checked_tiles(reader, tiles[mine], [wanted[k] for k in mine], parallel=parallel)
+            theirs = {k: _from_fetch(reader, int(tiles[k]), False, f, wanted[k]) for k, f in enumerate(given) if f}
+            mapping = dict(zip(mine, parts, strict=True))
+            return [theirs[k] if k in theirs else mapping[k] for k in range(len(given))]
     plans = []
     for t, w in zip(tiles.tolist(), wanted, strict=True):
         prefix = reader.prefix_of(t)
