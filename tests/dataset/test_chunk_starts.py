@@ -70,3 +70,37 @@ def test_a_missing_tile_is_named(path: Path) -> None:
     (path / tile_path(3)).unlink()
     with pytest.raises(MissingObjectError, match="tile 3"):
         open_dataset(path).chunk_starts()
+
+
+def test_kept_in_a_cache_directory(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``cache_dir`` the starts are written there once, then read from there (no tile read)."""
+    from deltacells.tiles import _chunk_layout
+
+    cache = tmp_path / "cache"
+    starts = open_dataset(path).chunk_starts(cache_dir=cache)
+    np.testing.assert_array_equal(starts, _decoded_starts(path))
+    (kept,) = (cache / "chunk-starts").glob("*.npy")
+
+    def no_read(reader: object) -> np.ndarray:
+        msg = "the tiles were read again"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(_chunk_layout, "read_chunk_starts", no_read)
+    again = open_dataset(path).chunk_starts(cache_dir=cache)
+    np.testing.assert_array_equal(again, starts)
+    assert not again.flags.writeable
+    monkeypatch.undo()
+    # kept starts that cannot be this dataset's are read again: not increasing, not ending at n_cells, missing
+    # a tile's first cell, not integers
+    for wrong in ([0, 300, 200, N_CELLS], [0, 128, 256], np.delete(starts, CHUNKS), np.zeros((2, 2)), [0.0, 700.0]):
+        np.save(kept, np.asarray(wrong))
+        np.testing.assert_array_equal(open_dataset(path).chunk_starts(cache_dir=cache), starts)
+        np.testing.assert_array_equal(np.load(kept), starts)
+    kept.write_bytes(b"not an npy file")
+    np.testing.assert_array_equal(open_dataset(path).chunk_starts(cache_dir=cache), starts)
+
+
+def test_a_cache_that_cannot_be_written_is_skipped(path: Path, tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache's folder would go")
+    np.testing.assert_array_equal(open_dataset(path).chunk_starts(cache_dir=blocked), _decoded_starts(path))

@@ -350,7 +350,10 @@ def test_blocks_of_large_tiles_are_read_in_ranges(s3_proxy: ProxiedS3Bucket, tmp
     deltacells.write_deltacells(
         source, url, storage_options=s3_proxy.direct_storage_options, tile_size=1024, n_chunks=8, progress=False
     )
-    load = CellLoader(url, batch_size=128, buffer_size=256, group_tiles=0, storage_options=s3_proxy.storage_options)
+    load = CellLoader(
+        url, batch_size=128, buffer_size=256, group_tiles=0, storage_options=s3_proxy.storage_options,
+        cache_dir=tmp_path / "cache",
+    )  # fmt: skip
     assert load.block_size == "chunk"
     batches, records = _epoch_requests(s3_proxy, load, 0)
     seen = np.concatenate([b.index for b in batches])
@@ -403,3 +406,39 @@ def test_default_tile_groups_hold_at_most_256_mib(s3_bucket: S3Bucket, bucket_da
         assert CellLoader(bucket_dataset, **options).group_tiles == 1
     finally:
         _loader.DEFAULT_REMOTE_GROUP_BYTES = limit
+
+
+def test_chunk_starts_are_kept_in_the_local_cache(
+    s3_proxy: ProxiedS3Bucket, proxied_dataset: str, tmp_path: Path
+) -> None:
+    """Blocks of chunks need every tile's chunk table: read from the bucket by the first loader (one ranged GET
+    a tile), then kept in the cache, so that the next process's loader makes no request for them."""
+    cache = tmp_path / "cache"
+    options = {"batch_size": BATCH, "buffer_size": BUFFER, "storage_options": s3_proxy.storage_options}
+    s3_proxy.proxy.reset()
+    first = CellLoader(proxied_dataset, cache_dir=cache, **options)
+    assert _tile_gets(s3_proxy.proxy.requests()) == Counter(dict.fromkeys(range(N_TILES), 1))
+    kept = list((cache / "chunk-starts").glob("*.npy"))
+    assert len(kept) == 1
+    s3_proxy.proxy.reset()
+    again = CellLoader(proxied_dataset, cache_dir=cache, **options)  # a new dataset object, as in a new process
+    assert not _tile_gets(s3_proxy.proxy.requests())
+    np.testing.assert_array_equal(again._blocks.starts, first._blocks.starts)
+    assert _indices(list(again)) == _indices(list(first))
+    # a kept file that does not fit the manifest is read again (and replaced)
+    np.save(kept[0], np.array([0, 5, 3, N_CELLS]))
+    s3_proxy.proxy.reset()
+    fixed = CellLoader(proxied_dataset, cache_dir=cache, **options)
+    assert _tile_gets(s3_proxy.proxy.requests()) == Counter(dict.fromkeys(range(N_TILES), 1))
+    np.testing.assert_array_equal(fixed._blocks.starts, first._blocks.starts)
+    np.testing.assert_array_equal(np.load(kept[0]), first.dataset.chunk_starts())
+    # another cache, another read
+    s3_proxy.proxy.reset()
+    CellLoader(proxied_dataset, cache_dir=tmp_path / "other", **options)
+    assert _tile_gets(s3_proxy.proxy.requests()) == Counter(dict.fromkeys(range(N_TILES), 1))
+
+
+def test_chunk_starts_of_a_dataset_on_disk_are_not_kept(source: ad.AnnData, tmp_path: Path) -> None:
+    local = _write(source, str(tmp_path / "local.deltacells"), {})
+    CellLoader(local, batch_size=BATCH, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache" / "chunk-starts").exists()

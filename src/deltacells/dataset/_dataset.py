@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -136,13 +138,20 @@ class Dataset:
         """
         return self._tiles.chunks_decoded
 
-    def chunk_starts(self) -> np.ndarray:
+    def chunk_starts(self, cache_dir: str | os.PathLike[str] | None = None) -> np.ndarray:
         """The first cell of each chunk of each tile, then ``n_cells``: where the units of decoding start.
 
         Read from the tiles' headers and chunk tables on the first call (a ranged request of under a
         kilobyte per tile, many in flight), then kept. Chunks hold about equal nonzeros, so their cells
         are not known from the manifest alone. A training loader cuts its blocks there, so that each
         chunk is decoded once per epoch.
+
+        Parameters
+        ----------
+        cache_dir
+            A local directory where they are also kept between processes (under ``chunk-starts/``, one file
+            per dataset layout), and read from when they are there: for an atlas on object storage, tens of
+            thousands of requests made once instead of by every process. None: not kept.
 
         Returns
         -------
@@ -158,9 +167,12 @@ class Dataset:
         """
         starts = self.__dict__.get("_chunk_starts")
         if starts is None:
-            from deltacells.tiles._chunk_layout import read_chunk_starts
+            from deltacells.tiles._chunk_layout import kept_chunk_starts, read_chunk_starts
 
-            starts = read_chunk_starts(self._tiles)
+            if cache_dir is None:
+                starts = read_chunk_starts(self._tiles)
+            else:
+                starts = kept_chunk_starts(self._tiles, Path(cache_dir).expanduser().absolute())
             starts.flags.writeable = False
             self._chunk_starts = starts
         return starts

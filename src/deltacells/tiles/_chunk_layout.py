@@ -9,7 +9,11 @@ and chunk table: under a kilobyte for the writer's 8 chunks), many requests in f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,7 +24,60 @@ from deltacells.tiles._ranged import HeaderCounts
 if TYPE_CHECKING:
     from deltacells.tiles._reader import TileReader
 
-__all__ = ["read_chunk_starts"]
+__all__ = ["kept_chunk_starts", "read_chunk_starts"]
+
+#: Folder of the local cache where chunk starts are kept, one file per dataset layout.
+CHUNK_STARTS_FOLDER = "chunk-starts"
+
+
+def kept_chunk_starts(reader: TileReader, cache_dir: Path) -> np.ndarray:
+    """:func:`read_chunk_starts`, kept in a local cache between processes (for datasets on object storage).
+
+    The starts are read from ``cache_dir / "chunk-starts" / <layout digest>.npy`` when a file there matches the
+    manifest (the digest covers the cells, nonzeros and bytes of every tile and the chunks per tile), else
+    read from the tiles and written there (atomically; a cache that cannot be written is skipped). A kept file
+    that does not fit the manifest (increasing starts from 0 to ``n_cells`` holding every tile's first cell)
+    is read again. Starts that were wrong could only cut a loader's blocks elsewhere than at the chunks
+    (slower, never other cells).
+    """
+    manifest = reader.manifest
+    path = cache_dir / CHUNK_STARTS_FOLDER / f"{_layout_digest(reader)}.npy"
+    try:
+        kept = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        kept = None
+    if kept is not None and _fits(kept, manifest):
+        return kept.astype(np.int64, copy=False)
+    starts = read_chunk_starts(reader)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as file:
+            np.save(file, starts, allow_pickle=False)
+        os.replace(file.name, path)
+    except OSError:
+        pass  # a cache only: the starts are read again next time
+    return starts
+
+
+def _layout_digest(reader: TileReader) -> str:
+    """What fixes where chunks start, as far as the manifest tells: every tile's cells, nonzeros and bytes."""
+    manifest = reader.manifest
+    digest = hashlib.sha256()
+    digest.update(repr((int(manifest.n_cells), int(manifest.n_genes), int(manifest.n_chunks))).encode())
+    for values in (manifest.tile_cells, manifest.tile_nnz, manifest.tile_bytes):
+        digest.update(np.asarray(values, dtype="<i8").tobytes())
+    return digest.hexdigest()[:32]
+
+
+def _fits(starts: np.ndarray, manifest: Any) -> bool:
+    """Whether kept starts can be the manifest's: increasing int64 from 0 to ``n_cells``, every tile's start."""
+    n_cells = int(manifest.n_cells)
+    if starts.ndim != 1 or starts.dtype.kind not in "iu" or not 1 <= starts.shape[0] <= n_cells + 1:
+        return False
+    starts = starts.astype(np.int64, copy=False)
+    if starts[-1] != n_cells or (n_cells and starts[0] != 0) or np.any(np.diff(starts) <= 0):
+        return False
+    return bool(np.isin(np.asarray(manifest.starts, dtype=np.int64), starts).all())
 
 
 def read_chunk_starts(reader: TileReader) -> np.ndarray:
