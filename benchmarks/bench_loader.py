@@ -152,6 +152,10 @@ def _epochs_deltacells(spec: dict[str, Any]) -> Any:
         loader.set_epoch(k)
         for batch in loader:
             yield batch.X, batch.obs[LABEL]
+        # the most whole tiles held at once by tile groups (object storage), and their mean bytes
+        held = loader._tiles_held_peak
+        spec["_info"]["tiles_held_peak"] = held
+        spec["_info"]["tiles_held_peak_mib"] = held * float(np.mean(loader.dataset.manifest.tile_bytes)) / 2**20
 
     return epoch
 

@@ -54,3 +54,12 @@ def test_close_cancels_what_has_not_run():
     assert fetches.held == 0
     fetches.start(2)  # after close nothing is fetched
     assert submit.tiles == [5, 6] and fetches.held == 0
+
+
+def test_the_peak_of_tiles_held():
+    submit = Submitted()
+    fetches = TileFetches(submit, [np.array([0, 1]), np.array([2]), np.array([3, 4, 5])])
+    fetches.start(2)
+    fetches.done(0)
+    fetches.start(3)
+    assert fetches.held == 4 and fetches.peak == 4  # 2 and 3 .. 5: tiles 0 and 1 were dropped first

@@ -357,3 +357,23 @@ def test_a_dataloader_out_of_order_is_refused(path, tmp_path):
 def test_a_source_of_another_kind(tmp_path):
     with pytest.raises(InvalidTypeError, match="source must be"):
         CellLoader(np.zeros((3, 3)), cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_broken_tile_stops_the_epoch_with_an_error_naming_it(source, tmp_path, damage):
+    """A tile gone or altered after the loader was made: the epoch raises the format's error naming it."""
+    from deltacells.errors import FormatError, MissingObjectError
+    from deltacells.format import tile_path
+
+    out = tmp_path / "broken.deltacells"
+    deltacells.write_deltacells(source, out, tile_size=TILE_SIZE, n_chunks=4, progress=False)
+    load = loader(out, tmp_path, batch_size=100)
+    tile = out / tile_path(3)
+    if damage == "missing":
+        tile.unlink()
+    else:
+        blob = bytearray(tile.read_bytes())
+        blob[-100] ^= 0xFF
+        tile.write_bytes(bytes(blob))
+    with pytest.raises(MissingObjectError if damage == "missing" else FormatError, match=r"tile_000003|tile 3"):
+        list(load)

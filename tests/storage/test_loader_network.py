@@ -442,3 +442,37 @@ def test_chunk_starts_of_a_dataset_on_disk_are_not_kept(source: ad.AnnData, tmp_
     local = _write(source, str(tmp_path / "local.deltacells"), {})
     CellLoader(local, batch_size=BATCH, cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache" / "chunk-starts").exists()
+
+
+# ---------------------------------------------------------------------- a broken dataset
+
+
+@pytest.mark.parametrize("group_tiles", [None, 0])
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_broken_tile_stops_the_epoch_with_an_error_naming_it(
+    s3_bucket: S3Bucket, source: ad.AnnData, tmp_path: Path, group_tiles: int | None, damage: str
+) -> None:
+    """A tile gone or altered (same size, so that only its CRC-32 or frames tell) after the loader was made: the
+    epoch raises the format's error naming the tile, from the window reading it, and stops (no hang; the
+    module's timeout)."""
+    import s3fs
+
+    from deltacells.errors import FormatError, MissingObjectError
+    from deltacells.format import tile_path
+
+    url = _write(source, f"{s3_bucket.url}/broken-{damage}-{group_tiles}", s3_bucket.storage_options)
+    load = CellLoader(
+        url, batch_size=BATCH, buffer_size=BUFFER, group_tiles=group_tiles,
+        storage_options=s3_bucket.storage_options, cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    fs = s3fs.S3FileSystem(**s3_bucket.storage_options)
+    key = f"{url.removeprefix('s3://')}/{tile_path(3)}"
+    if damage == "missing":
+        fs.rm(key)
+    else:
+        blob = bytearray(fs.cat_file(key))
+        blob[-100] ^= 0xFF  # a byte of the last frames: the header and chunk table still read as before
+        fs.pipe_file(key, bytes(blob))
+    expected = MissingObjectError if damage == "missing" else FormatError
+    with pytest.raises(expected, match=r"tile_000003|tile 3"):
+        list(load)

@@ -39,6 +39,7 @@ class TileFetches:
         self._futures: dict[int, Future[bytes]] = {}
         self._started = 0  # windows whose tiles' fetches have started
         self._lock = threading.Lock()
+        self.peak = 0  # the most tiles held at once
 
     @property
     def held(self) -> int:
@@ -54,6 +55,7 @@ class TileFetches:
                     if tile not in self._futures and self._uses.get(tile, 0) > 0:
                         self._futures[tile] = self._submit(tile)
                 self._started += 1
+            self.peak = max(self.peak, len(self._futures))
 
     def fetched(self, tile: int) -> Future[bytes] | None:
         """The fetch of tile ``tile``'s bytes, or None if it was not started (the reader then reads it itself)."""

@@ -128,7 +128,8 @@ class CellLoader:
         a random order (then windows and batches, as above). On object storage each tile of a group is then
         fetched whole with one request, ahead of the first window that reads it, and kept (compressed) until
         the last one has: one request per tile and epoch instead of one per chunk, for a little less mixing
-        (a window's cells come from fewer tiles) and about ``group_tiles`` tiles' bytes in memory. ``0``: no
+        (a window's cells come from fewer tiles) and compressed tiles in memory (those of the group being
+        read and of the windows fetched ahead: up to about two groups). ``0``: no
         groups, every block of the epoch shuffled together (each window reads its chunks in byte ranges).
         Default: on object storage 64, or fewer if 64 tiles of the dataset's average size hold more than
         256 MiB; on a local disk 0 (a ranged read there costs no round trip).
@@ -215,6 +216,7 @@ class CellLoader:
         self._batches_done = 0  # positions of this epoch's order given (by this object's iteration)
         self._resume_at = 0  # where the next iteration starts (set by load_state_dict)
         self._order_shares = 0  # shares of this epoch's order (workers it was started with); 0: not started
+        self._tiles_held_peak = 0  # the most whole tiles held at once by tile groups' fetches (a statistic)
 
     # ------------------------------------------------------------------ properties
 
@@ -437,6 +439,7 @@ class CellLoader:
             pool.shutdown(wait=True, cancel_futures=True)
             if fetches is not None:
                 fetches.close()
+                self._tiles_held_peak = max(self._tiles_held_peak, fetches.peak)
 
     def _tile_fetches(self, plan: EpochPlan, windows: list[tuple[int, int]]) -> TileFetches | None:
         """Whole-tile fetches shared by the windows, with tile groups on object storage; else None.
