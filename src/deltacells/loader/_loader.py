@@ -129,7 +129,7 @@ class CellLoader:
         fetched whole with one request, ahead of the first window that reads it, and kept (compressed) until
         the last one has: one request per tile and epoch instead of one per chunk, for a little less mixing
         (a window's cells come from fewer tiles) and compressed tiles in memory (those of the group being
-        read and of the windows fetched ahead: up to about two groups). ``0``: no
+        read, and those of the next ``prefetch + 1`` windows, fetched ahead). ``0``: no
         groups, every block of the epoch shuffled together (each window reads its chunks in byte ranges).
         Default: on object storage 64, or fewer if 64 tiles of the dataset's average size hold more than
         256 MiB; on a local disk 0 (a ranged read there costs no round trip).
