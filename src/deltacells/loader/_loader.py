@@ -446,11 +446,11 @@ class CellLoader:
 
         None too when no tile is read by two windows (blocks of whole tiles): each window fetches its own.
         """
-        if not plan.group_tiles or not plan.shuffle or self.dataset.store.is_local:
+        if not plan.group_tiles or not plan.shuffle or self.dataset.store.is_local or not windows:
             return None
         window_tiles = [plan.window_tiles(*span) for span in windows]
-        read = sum(tiles.shape[0] for tiles in window_tiles)
-        if read == np.unique(np.concatenate(window_tiles)).shape[0] if window_tiles else True:
+        reads = sum(tiles.shape[0] for tiles in window_tiles)
+        if reads == np.unique(np.concatenate(window_tiles)).shape[0]:  # no tile shared
             return None
         return TileFetches(self.dataset.submit_tile_fetch, window_tiles)
 

@@ -251,14 +251,13 @@ def _checked_tiles(
     manifest = reader.manifest
     if fetched is not None:
         given = [fetched(t) for t in tiles.tolist()]
-        if all(fetch is not None for fetch in given):  # a loader's tile group: every tile fetched whole
-            return [_from_fetch(reader, t, False, f, w) for t, f, w in zip(tiles.tolist(), given, wanted, strict=True)]
-        if any(fetch is not None for fetch in given):
-            mine = [k for k, fetch in enumerate(given) if fetch is None]
-            parts = _checked_tiles(reader, tiles[mine], [wanted[k] for k in mine], parallel=parallel)
-            theirs = {k: _from_fetch(reader, int(tiles[k]), False, f, wanted[k]) for k, f in enumerate(given) if f}
-            mapping = dict(zip(mine, parts, strict=True))
-            return [theirs[k] if k in theirs else mapping[k] for k in range(len(given))]
+        mine = [k for k, fetch in enumerate(given) if fetch is None]
+        if len(mine) < len(given):  # the caller's fetches, checked whole here; the other tiles read as usual
+            read = iter(_checked_tiles(reader, tiles[mine], [wanted[k] for k in mine], parallel=parallel))
+            return [
+                next(read) if fetch is None else _from_fetch(reader, t, False, fetch, w)
+                for t, fetch, w in zip(tiles.tolist(), given, wanted, strict=True)
+            ]
     plans = []
     for t, w in zip(tiles.tolist(), wanted, strict=True):
         prefix = reader.prefix_of(t)
