@@ -64,6 +64,17 @@ def size_on_disk(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def parts_on_disk(root: Path) -> dict[str, int]:
+    """Bytes of a dataset by object: the tiles, each sidecar, the obs shards (with their schema)."""
+    parts: dict[str, int] = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            relative = path.relative_to(root)
+            part = relative.parts[0] if len(relative.parts) > 1 else relative.name
+            parts[part] = parts.get(part, 0) + path.stat().st_size
+    return dict(sorted(parts.items(), key=lambda item: -item[1]))
+
+
 def methods(adata: Any, workdir: Path, levels: list[int]) -> dict[str, Callable[[], Path | None]]:
     """What is timed, by name: each call writes (or, for the first pass, reads) once and returns its output."""
     import deltacells
@@ -162,6 +173,8 @@ def bench(name: str, adata: Any, repeat: int, workdir: Path, levels: list[int]) 
                 best[label] = min(best[label], time.perf_counter() - t0)
             if out is not None:
                 sizes[label] = size_on_disk(out)
+                if label == "deltacells default, 2 threads":
+                    parts = parts_on_disk(out)
                 shutil.rmtree(out) if out.is_dir() else out.unlink()
     peaks = {}
     for label, run in todo.items():
@@ -190,6 +203,7 @@ def bench(name: str, adata: Any, repeat: int, workdir: Path, levels: list[int]) 
         "n_genes": adata.n_vars,
         "nnz": nnz,
         "rows": rows,
+        "default_parts_bytes": parts,  # the default dataset's bytes by object (tiles/, var.parquet, obs/, ...)
         "first_pass_s": best["first pass (gene totals)"],
         "second_pass_s": second,
         "first_vs_second_pass": best["first pass (gene totals)"] / second,
@@ -210,6 +224,11 @@ def print_result(result: dict[str, Any]) -> None:
             f"{row['method']:34s} {row['seconds']:7.3f} {row['time_vs_gzip_h5ad']:7.2f} {size:>7s} {frac:>11s} "
             f"{row['peak_traced_mb']:8.1f}"
         )
+    gzip_bytes = next(row["bytes"] for row in result["rows"] if row["method"] == "h5ad gzip")
+    parts = ", ".join(
+        f"{name} {size / 1e3:,.0f} KB ({size / gzip_bytes:.3f})" for name, size in result["default_parts_bytes"].items()
+    )
+    print(f"the default dataset by object (x gzip h5ad): {parts}")
     print(
         f"first pass {result['first_pass_s']:.3f} s, second pass {result['second_pass_s']:.3f} s "
         f"(first / second = {result['first_vs_second_pass']:.2f}); "

@@ -12,7 +12,9 @@ turn (so that a change of load on the machine hits all of them alike). Usage::
 Measures:
 
 - ``zstd alone``: python-zstandard decompressing every gaps and vals frame of the dataset, one thread:
-  the floor, what no decoder of these frames can beat;
+  the floor, what no decoder of these frames can beat; ``into one buffer``: the same, each frame into one
+  reused buffer (as deltacells' decoder does), the decompression alone, without the fresh memory that
+  ``decompress()`` returns for each frame (and ``decode_tile`` for each tile);
 - ``decode_tile``: every tile decoded (all checks), one thread, each tile dropped before the next;
 - ``full read``: ``open_dataset(path).read_rows()`` into a float32 CSR, with 1 and 2 threads;
 - ``read_deltacells + X.to_memory()``: the AnnData path, default threads, against
@@ -124,6 +126,12 @@ def main() -> None:
             for frame in frames:
                 dctx.decompress(frame)
 
+        scratch = bytearray(max((zstandard.get_frame_parameters(f).content_size for f in frames), default=0))
+
+        def zstd_into_one_buffer() -> None:  # the decompression alone: no output memory to map, frame after frame
+            for frame in frames:
+                dctx.stream_reader(frame, read_size=len(frame) or 1).readinto(scratch)
+
         pool = ThreadPoolExecutor(2)
 
         def zstd_part(part: list[bytes]) -> None:
@@ -143,6 +151,7 @@ def main() -> None:
         engine = {
             "zstd alone, 1 thread (floor)": zstd_only,
             "zstd alone, 2 threads": zstd_two_threads,
+            "zstd alone, into one buffer": zstd_into_one_buffer,
             "decode_tile, 1 thread": decode_tiles_one_thread,
             "full read, 1 thread": lambda: one.read_rows(dtype=np.float32),
             "full read, 2 threads": lambda: two.read_rows(dtype=np.float32),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec._decode import (
     _PARALLEL_MIN_NNZ,
@@ -423,8 +424,7 @@ def merge_partial(first: DecodedTile, second: DecodedTile) -> DecodedTile:
     indptr = np.zeros(first.n_cells + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
     nnz = int(indptr[-1])
-    indices = np.empty(nnz, dtype=first.indices.dtype)
-    data = np.empty(nnz, dtype=first.data.dtype)
+    indices, data = empty_pair(nnz, first.indices.dtype, first.data.dtype)
     for c in np.flatnonzero(owner).tolist():  # one copy per chunk
         source = first if owner[c] == 1 else second
         lo, hi = int(bounds[c]), int(bounds[c + 1])
@@ -569,8 +569,7 @@ def decode_chunks(
     offsets = np.zeros(chunks.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     nnz = int(offsets[-1])
-    indices = np.empty(nnz, dtype=np.int32)
-    data = np.empty(nnz, dtype=np.int32)
+    indices, data = empty_pair(nnz, np.int32, np.int32)
 
     # Cells of the chunks not decoded become empty rows; the others keep their lengths.
     selected = np.zeros(header.n_chunks, dtype=bool)

@@ -349,7 +349,7 @@ class DatasetWriter:
 
 
 def var_table_bytes(var: pd.DataFrame) -> bytes:
-    """``var.parquet``: the gene table with its pandas index, zstd-compressed.
+    """``var.parquet``: the gene table with its pandas index, zstd-compressed (:func:`parquet_write_options`).
 
     Raises
     ------
@@ -359,13 +359,15 @@ def var_table_bytes(var: pd.DataFrame) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from deltacells._parquet import parquet_write_options
+
     try:
         table = pa.Table.from_pandas(var, preserve_index=True)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         msg = f"var cannot be stored as parquet ({exc}); convert or drop the offending columns"
         raise InvalidValueError(msg) from exc
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, **parquet_write_options(table.schema))
     return sink.getvalue().to_pybytes()
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from deltacells._parquet import parquet_write_options
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema, obs_fingerprint, obs_shard_path
 from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES, encode_column, encode_index
@@ -190,7 +191,9 @@ class _InOrder:
 def _shard_bytes(table: pa.Table, schema: ObsSchema, row_groups: list[tuple[int, int]]) -> bytes:
     """One shard in memory: exactly one row group per ``(start, rows)``, zstd, no statistics."""
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema.arrow_schema(), compression="zstd", write_statistics=False) as writer:
+    arrow_schema = schema.arrow_schema()
+    options = parquet_write_options(arrow_schema)
+    with pq.ParquetWriter(sink, arrow_schema, write_statistics=False, **options) as writer:
         for start, rows in row_groups:
             writer.write_table(table.slice(start, rows), row_group_size=rows)
     return sink.getvalue().to_pybytes()
