@@ -18,6 +18,7 @@ from scipy import sparse
 
 import deltacells
 from deltacells import Batch, CellLoader
+from deltacells.dataset import Dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.loader._order import epoch_order
@@ -292,6 +293,30 @@ def test_resume_an_epoch_given_by_workers(path, tmp_path, monkeypatch, workers, 
     assert epoch_indices(rest) == epoch_indices(given[7:])
     rows_of = {tuple(b.index.tolist()): b.X.toarray() for b in plain}
     assert all(np.array_equal(b.X.toarray(), rows_of[tuple(b.index.tolist())]) for b in rest)
+
+
+@pytest.mark.parametrize(("workers", "resumed_with"), [(3, 2), (2, 4), (3, 0)])
+def test_resumed_with_other_workers_each_cell_is_read_once(path, tmp_path, monkeypatch, workers, resumed_with):
+    """Processes that take every few batches of a share read the cells of those batches only, not the share's."""
+    load = loader(path, tmp_path, batch_size=32, seed=5, buffer_size=256)
+    state = {**load.state_dict(), "batches_done": 5, "workers": workers}
+    resumed = loader(path, tmp_path, batch_size=32, seed=5, buffer_size=256)
+    resumed.load_state_dict(state)
+    read: list[int] = []
+    real = Dataset.read_row_batches
+
+    def counted(self, index, *args, **kwargs):
+        read.extend(np.asarray(index).tolist())
+        return real(self, index, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "read_row_batches", counted)
+    if resumed_with == 0:
+        rest = list(resumed)
+    else:
+        rest = [b for part in worker_batches(resumed, resumed_with, monkeypatch) for b in part]
+    given = np.concatenate([b.index for b in rest])
+    assert sorted(read) == sorted(given.tolist())  # every cell given was read, and no other
+    assert given.shape[0] == load.n_cells - 5 * 32
 
 
 def test_a_state_counts_in_the_order_it_was_started_with(path, tmp_path):

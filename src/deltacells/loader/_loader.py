@@ -388,15 +388,20 @@ class CellLoader:
                 run.close()
 
     def _stream(self, plan: EpochPlan, stream: Stream, threads: int) -> Iterator[Batch]:
-        """A stream's batches: its run read through, the batches of other streams in it skipped."""
+        """A stream's batches: its run's windows read through, only the cells of the stream's batches decoded."""
         wanted = np.zeros(stream.end - stream.first, dtype=bool)
         wanted[stream.batches - stream.first] = True
-        for keep, batch in zip(wanted.tolist(), self._batches(plan, stream.first, stream.end, threads), strict=True):
-            if keep:
-                yield batch
+        yield from self._batches(plan, stream.first, stream.end, threads, None if wanted.all() else wanted)
 
-    def _batches(self, plan: EpochPlan, first: int, end: int, threads: int) -> Iterator[Batch]:
-        """Batches ``first .. end - 1`` of ``plan``, windows read ahead on background threads (``threads`` each)."""
+    def _batches(
+        self, plan: EpochPlan, first: int, end: int, threads: int, wanted: np.ndarray | None = None
+    ) -> Iterator[Batch]:
+        """Batches ``first .. end - 1`` of ``plan``, windows read ahead on background threads (``threads`` each).
+
+        ``wanted``: which of them to give (``wanted[b - first]``), the cells of the others neither decoded nor
+        given (a process resuming an epoch with other ``DataLoader`` workers than it was started with takes
+        every few batches of a share); None: all.
+        """
         if end <= first:
             return
         start_cell, stop_cell = first * self.batch_size, min(end * self.batch_size, plan.n_yielded_cells)
@@ -408,9 +413,9 @@ class CellLoader:
 
         def read(k: int, span: tuple[int, int]) -> list[_Piece]:
             if fetches is None:
-                return self._read_window(plan, *span, start_cell, stop_cell, threads)
+                return self._read_window(plan, *span, start_cell, stop_cell, threads, wanted)
             try:
-                return self._read_window(plan, *span, start_cell, stop_cell, threads, fetches.fetched)
+                return self._read_window(plan, *span, start_cell, stop_cell, threads, wanted, fetches.fetched)
             finally:
                 fetches.done(k)
 
@@ -462,11 +467,13 @@ class CellLoader:
         start_cell: int,
         stop_cell: int,
         threads: int,
+        wanted: np.ndarray | None = None,
         fetched: Callable[[int], Future[bytes] | None] | None = None,
     ) -> list[_Piece]:
         """Read and decode one window's cells of stream cells ``start_cell .. stop_cell - 1``, shuffled.
 
         ``threads`` decode it (the CPUs shared among the windows read at once, see :meth:`__iter__`);
+        ``wanted`` says which batches from ``start_cell`` on are read (see :meth:`_batches`; None: all);
         ``fetched`` gives the fetches of tiles being read whole (:class:`TileFetches`), if any.
 
         They come as pieces that never cross a batch's edge in the stream (each its own matrix, so a
@@ -477,9 +484,16 @@ class CellLoader:
         lo, hi = max(start_cell - window.offset, 0), min(stop_cell - window.offset, n)
         if hi <= lo:
             return []
-        cells = self._source.cell_numbers(window.positions[lo:hi])
-        edges = np.arange(-(window.offset + lo) % self.batch_size, hi - lo, self.batch_size)
-        cuts = np.unique(np.concatenate(([0, hi - lo], edges)))  # where the stream's batches start
+        batch_of = (window.offset + np.arange(lo, hi, dtype=np.int64)) // self.batch_size  # in the stream
+        positions = window.positions[lo:hi]
+        if wanted is not None:
+            kept = wanted[batch_of - start_cell // self.batch_size]
+            positions, batch_of = positions[kept], batch_of[kept]
+            if positions.shape[0] == 0:
+                return []
+        cells = self._source.cell_numbers(positions)
+        # Where the stream's batches start: one piece per batch (or part of one, at the window's edges).
+        cuts = np.concatenate(([0], np.flatnonzero(batch_of[1:] != batch_of[:-1]) + 1, [cells.shape[0]]))
         # Each chunk is read once per epoch: past the tile cache, decoded straight into each batch's arrays.
         # Rows made dense next need not have their columns sorted.
         sort = self.output in SPARSE_OUTPUTS or self._source.genes is not None
