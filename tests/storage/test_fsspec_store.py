@@ -354,3 +354,13 @@ def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir("/")
     assert clone.read("a.bin") == b"abc"
     assert Store("memory://x/y").url == "memory://x/y"
+
+
+def test_ranges_of_a_local_file_read_as_cat_file_does(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    payload = bytes(range(256)) * 40
+    store.write("blob", payload)
+    for start, end in ((0, 10), (5, 5), (100, 10240), (10000, 20000), (10240, 10300), (0, len(payload))):
+        assert store.read("blob", start, end) == payload[start:end]
+    with pytest.raises(MissingObjectError):
+        store.read("absent", 0, 10)

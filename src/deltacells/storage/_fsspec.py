@@ -56,6 +56,30 @@ def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connecti
     return options
 
 
+def _read_local_range(path: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a local file (fewer at its end): ``pread`` on a descriptor, no file object.
+
+    A buffered file object (``open``, ``seek``, ``read``) costs about as much again as the read of a chunk's
+    frames from the page cache.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        if not hasattr(os, "pread"):  # Windows
+            os.lseek(descriptor, start, os.SEEK_SET)
+        parts = []
+        while start < end:  # a read may return less than asked (a 2 GiB cap per call on Linux), 0 at the end
+            part = (
+                os.pread(descriptor, end - start, start) if hasattr(os, "pread") else os.read(descriptor, end - start)
+            )
+            if not part:
+                break
+            parts.append(part)
+            start += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(descriptor)
+
+
 def _plain(start: int | None, end: int | None) -> bool:
     """Whether fsspec reads ``[start:end]`` with slice semantics without knowing the size first."""
     if end is None:
@@ -191,9 +215,7 @@ class FsspecStore(BaseStore):
         if self.is_local and start is not None and end is not None and 0 <= start <= end:
             # A range of a local file, without fsspec's path handling (tens of microseconds a call, which a
             # read of one chunk of many tiles pays per tile). Same bytes as cat_file: a short read at the end.
-            with open(full, "rb") as file:
-                file.seek(start)
-                return file.read(end - start)
+            return _read_local_range(full, start, end)
         if _plain(start, end):
             return self.fs.cat_file(full, start=start, end=end)
         first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
