@@ -356,7 +356,14 @@ def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.Monk
     assert Store("memory://x/y").url == "memory://x/y"
 
 
-def test_ranges_of_a_local_file_read_as_cat_file_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pread", [True, False])  # False: the fallback of systems without os.pread
+def test_ranges_of_a_local_file_read_as_cat_file_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pread: bool
+) -> None:
+    from deltacells.storage import _fsspec
+
+    if not pread:
+        monkeypatch.setattr(_fsspec, "_read_at", _fsspec._seek_and_read)
     store = open_store(tmp_path)
     payload = bytes(range(256)) * 40
     store.write("blob", payload)

@@ -64,13 +64,9 @@ def _read_local_range(path: str, start: int, end: int) -> bytes:
     """
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        if not hasattr(os, "pread"):  # Windows
-            os.lseek(descriptor, start, os.SEEK_SET)
         parts = []
         while start < end:  # a read may return less than asked (a 2 GiB cap per call on Linux), 0 at the end
-            part = (
-                os.pread(descriptor, end - start, start) if hasattr(os, "pread") else os.read(descriptor, end - start)
-            )
+            part = _read_at(descriptor, end - start, start)
             if not part:
                 break
             parts.append(part)
@@ -78,6 +74,15 @@ def _read_local_range(path: str, start: int, end: int) -> bytes:
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(descriptor)
+
+
+def _seek_and_read(descriptor: int, size: int, offset: int) -> bytes:
+    """``os.pread`` where there is none (Windows)."""
+    os.lseek(descriptor, offset, os.SEEK_SET)
+    return os.read(descriptor, size)
+
+
+_read_at = getattr(os, "pread", _seek_and_read)
 
 
 def _plain(start: int | None, end: int | None) -> bool:
