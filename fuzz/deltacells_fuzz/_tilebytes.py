@@ -11,6 +11,9 @@ from __future__ import annotations
 import struct
 import zlib
 
+#: The output arrays' alignment slack: one huge page (``deltacells._memory.HUGE_PAGE``), reserved, never written.
+HUGE_PAGE_SLACK = 2 * 2**20
+
 #: The header: magic, version, flags, n_cells, nnz, n_genes, n_chunks, indptr_off, total_size, crc32,
 #: reserved (for reference: the helpers below read and write one field at a time).
 HEADER = struct.Struct("<8sIIQQIIQQII")
@@ -116,4 +119,4 @@ def tile_budget(blob: bytes | bytearray, declared: int | None = None) -> int:
       boundary (``deltacells._memory.empty_pair``): reserved, never written, so never mapped.
     """
     d = declared_frame_bytes(blob) if declared is None else declared
-    return 64 * len(blob) + 3 * d + 2**20 + 2 * 2**20
+    return 64 * len(blob) + 3 * d + 2**20 + HUGE_PAGE_SLACK
