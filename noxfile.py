@@ -113,9 +113,17 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS[0], default=False)
 def docs(session: nox.Session) -> None:
-    """Build the HTML documentation with warnings as errors, executing every tutorial (myst-nb)."""
+    """Build the HTML documentation with warnings as errors, executing every page's notebook (myst-nb).
+
+    Pages are read by a process per CPU (``-j auto``), each executing its notebooks: on 2 cores 5.2 minutes
+    where one process took 7.2 (this machine). Every notebook runs afresh (``nb_execution_mode=force``): the
+    execution cache of ``docs/conf.py`` is one SQLite file, which processes writing at once can find locked
+    (as in scipy/scipy#22383); a plain ``sphinx-build`` of ``docs`` keeps using it.
+    """
     session.install("-e.", *nox.project.dependency_groups(PROJECT, "doc"))
-    session.run("sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
+    strict = ["-W", "-n", "--keep-going"]
+    parallel = ["-j", "auto", "-D", "nb_execution_mode=force"]
+    session.run("sphinx-build", *strict, *parallel, "-b", "html", "docs", "docs/_build/html", *session.posargs)
 
 
 @nox.session(python=PYTHONS[0], default=False)

@@ -36,6 +36,9 @@ from deltacells.datasets import synthetic_counts
 from deltacells.errors import DatasetNotFoundError
 from deltacells.format import STAGING_PREFIX
 
+#: Each case converts in a child process and kills it (about 10 s each): run once, on the README's Python.
+pytestmark = pytest.mark.slow
+
 SEED = int(os.environ.get("DELTACELLS_RELIABILITY_SEED", "20241129"))
 N_CELLS, N_GENES, TILE = 6000, 300, 32
 N_TILES = -(-N_CELLS // TILE)

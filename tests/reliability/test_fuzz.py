@@ -174,6 +174,7 @@ def test_manifest_and_schema_oracles_catch_inconsistent_results(
 # ---------------------------------------------------------------------------------------------- a short run
 
 
+@pytest.mark.slow
 def test_short_fuzzing_run(tmp_path: Path) -> None:
     """~16 s of fuzzing on two workers per target; nothing new may turn up, and the deep checks are reached."""
     report = tmp_path / "report.json"
