@@ -7,6 +7,8 @@ blocks, on dask's local scheduler or on a ``LocalCluster`` of processes) gives t
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anndata as ad
@@ -128,6 +130,64 @@ def test_a_value_that_is_no_count_is_named_and_nothing_is_left(source, tmp_path)
     assert not out.exists() or not any(out.iterdir())
 
 
+def bad_value_at_cell_700(source: ad.AnnData) -> ad.AnnData:
+    """``source`` with 2.5 (no count) in cell 700, in dask blocks of one tile each."""
+    matrix = sparse.csr_matrix(source.X, dtype=np.float32, copy=True)
+    matrix.data[matrix.indptr[700]] = 2.5
+    return ad.AnnData(
+        X=da.from_array(matrix, chunks=(TILE_SIZE, N_GENES), asarray=False), obs=source.obs, var=source.var
+    )
+
+
+def encoding_slowed_by(delay: float) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Two functions: one makes every tile take ``delay`` more seconds to encode, the other undoes it.
+
+    They act in the process that calls them (through ``client.run``: in each worker's). They are local
+    functions, so that cloudpickle sends them to the workers by value.
+    """
+
+    def slow_down() -> None:
+        import time
+
+        import deltacells.codec as codec
+
+        encode = getattr(codec, "_unslowed_encode_tile", codec.encode_tile)
+
+        def slow_encode_tile(*args, **kwargs):
+            time.sleep(delay)
+            return encode(*args, **kwargs)
+
+        codec._unslowed_encode_tile = encode
+        codec.encode_tile = slow_encode_tile
+
+    def undo() -> None:
+        import deltacells.codec as codec
+
+        codec.encode_tile = getattr(codec, "_unslowed_encode_tile", codec.encode_tile)
+
+    return slow_down, undo
+
+
+def test_tasks_still_running_at_an_error_store_nothing_after_it(source, tmp_path):
+    """The error comes back only once the tasks that were running have ended: none stores a tile afterwards.
+
+    One tile per task, each slow to encode, one task failing fast (cell 700, tile 5): when it fails, the other
+    thread is encoding a tile it is about to store.
+    """
+    out = tmp_path / "bad.deltacells"
+    slow_down, undo = encoding_slowed_by(0.3)
+    slow_down()
+    try:
+        with pytest.raises(InvalidValueError, match="cell 700"):
+            deltacells.write_deltacells(
+                bad_value_at_cell_700(source), out, tile_size=TILE_SIZE, reorder_genes=False, progress=False
+            )
+    finally:
+        undo()
+    time.sleep(0.6)  # a tile that a task still running stores comes within its delay
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_progress_bar_counts_both_passes(source, tmp_path, capsys):
     deltacells.write_deltacells(with_dask_x(source, (300, N_GENES)), tmp_path / "out", tile_size=TILE_SIZE)
     err = capsys.readouterr().err
@@ -167,4 +227,19 @@ def test_a_worker_error_reaches_the_caller(source, tmp_path, client):
     out = tmp_path / "bad.deltacells"
     with pytest.raises(InvalidValueError, match="cell 999"):
         deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, progress=False)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_tasks_still_running_on_workers_at_an_error_store_nothing_after_it(source, tmp_path, client):
+    out = tmp_path / "bad.deltacells"
+    slow_down, undo = encoding_slowed_by(0.3)
+    client.run(slow_down)
+    try:
+        with pytest.raises(InvalidValueError, match="cell 700"):
+            deltacells.write_deltacells(
+                bad_value_at_cell_700(source), out, tile_size=TILE_SIZE, reorder_genes=False, progress=False
+            )
+    finally:
+        client.run(undo)
+    time.sleep(0.6)
     assert not out.exists() or not any(out.iterdir())

@@ -17,7 +17,9 @@ and options) and the gene permutation (one shared key): never a file handle or t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +38,9 @@ __all__ = ["dask_gene_totals", "dask_matrix", "store_dask_tiles", "task_rows"]
 
 #: Tasks a local (non-distributed) scheduler runs per batch, per thread: results are gathered batch by batch.
 _BATCH_PER_THREAD = 4
+
+#: Seconds to wait, after an error on a cluster, for the tasks still running to end.
+_SETTLE_SECONDS = 60.0
 
 
 def dask_matrix(source: MatrixSource) -> Any:
@@ -174,32 +179,83 @@ def run_tasks(tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> No
     """Compute dask ``tasks`` under the scheduler in effect, calling ``on_result(index, result)`` as they finish.
 
     With a ``dask.distributed`` client as the scheduler, every task is submitted at once and results are
-    gathered as they complete (the others are cancelled at the first error). With a local scheduler, tasks run
-    in batches (a few per thread), so that the client holds one batch of results at a time.
+    gathered as they complete. With a local scheduler, tasks run in batches (a few per thread), so that the
+    client holds one batch of results at a time.
+
+    An error comes back only once no task is running any more: the tasks not started are cancelled and those
+    running are waited for, so that none stores a tile after the caller has cleared the destination. (dask's
+    schedulers raise at the first error and leave running tasks to finish on their own.)
     """
     client = _distributed_client()
     if client is not None:
-        from distributed import as_completed
-
-        futures = client.compute(list(tasks))
-        index_of = {future.key: i for i, future in enumerate(futures)}
-        try:
-            for future in as_completed(futures):
-                on_result(index_of[future.key], future.result())
-                future.release()
-        except BaseException:
-            client.cancel(futures)
-            raise
+        _run_on_cluster(client, tasks, on_result)
         return
     import dask
+    from dask.base import get_scheduler
+    from dask.threaded import get as threaded_get
 
     from deltacells._threads import default_threads
 
-    batch = max(1, _BATCH_PER_THREAD * default_threads())
-    for first in range(0, len(tasks), batch):
-        results = dask.compute(*tasks[first : first + batch])
-        for offset, result in enumerate(results):
-            on_result(first + offset, result)
+    threads = int(dask.config.get("num_workers", None) or default_threads())
+    batch = max(1, _BATCH_PER_THREAD * threads)
+    own_pool = get_scheduler(collections=list(tasks[:1])) is threaded_get and dask.config.get("pool", None) is None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacells-dask") if own_pool else None
+    try:
+        for first in range(0, len(tasks), batch):
+            results = dask.compute(*tasks[first : first + batch], **({"pool": pool} if pool else {}))
+            for offset, result in enumerate(results):
+                on_result(first + offset, result)
+    finally:
+        if pool is not None:  # after an error: the queued tasks cancelled, the running ones waited for
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_on_cluster(client: Any, tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> None:
+    """:func:`run_tasks` on a ``dask.distributed`` client: at an error, cancel and wait out the running tasks."""
+    from distributed import as_completed
+
+    futures = client.compute(list(tasks))
+    index_of = {future.key: i for i, future in enumerate(futures)}
+    try:
+        for future in as_completed(futures):
+            on_result(index_of[future.key], future.result())
+            future.release()
+    except BaseException as exc:
+        client.cancel(futures)
+        if not _wait_until_not_running(client, set(index_of)):
+            exc.add_note(
+                f"tasks were still running on the workers {_SETTLE_SECONDS:g} s after this error; "
+                "what they store may remain at the destination"
+            )
+        raise
+
+
+def _wait_until_not_running(client: Any, keys: set[Any]) -> bool:
+    """Wait until no worker runs a task of ``keys`` (a cancelled task runs on to its end).
+
+    Returns
+    -------
+    bool
+        ``True`` once none runs (or the workers are gone), ``False`` if some still did after
+        :data:`_SETTLE_SECONDS`.
+    """
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        try:
+            running = client.run(_running_keys, keys)
+        except Exception:  # the workers are gone or cannot be reached: none of them runs a task of ours
+            return True
+        if not any(running.values()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _running_keys(keys: set[Any], dask_worker: Any = None) -> list[Any]:
+    """On a worker (``client.run``): which of ``keys`` its threads are running, cancelled or not."""
+    state = dask_worker.state
+    return [task.key for task in (*state.executing, *state.long_running) if task.key in keys]
 
 
 def _distributed_client() -> Any:
