@@ -11,6 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from deltacells._jit import kernel
 from deltacells.codec._codes import (  # the error codes the kernels return
     GENE_OUT_OF_RANGE,
     GENES_NOT_INCREASING,
@@ -36,8 +37,6 @@ from deltacells.codec._layout import (
     VEXC_OFF,
 )
 
-_jit = numba.njit(nogil=True, cache=True, boundscheck=False)
-
 
 def read_only(array: np.ndarray) -> np.ndarray:
     """``array``, or a read-only view of it: what a kernel that only reads an argument is given.
@@ -55,7 +54,7 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-@_jit
+@kernel
 def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # pragma: no cover
     """Whether a chunk table passes every rule ``check_chunk_table`` checks (True), in one pass, no allocation.
 
@@ -99,7 +98,7 @@ def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # prag
     return True
 
 
-@_jit
+@kernel
 def decode_chunk(
     gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, columns=None
 ):  # pragma: no cover
@@ -187,7 +186,7 @@ def decode_chunk(
     return OK, 0
 
 
-@_jit
+@kernel
 def map_columns(indices, columns):  # pragma: no cover
     """Replace each stored gene index ``g`` by ``columns[g]`` (indices already checked below ``n_genes``)."""
     for j in range(indices.shape[0]):
@@ -204,13 +203,13 @@ _DE_BRUIJN_INDEX = np.array(
 )  # fmt: skip
 
 
-@_jit
+@kernel
 def _bit_index_de_bruijn(power):  # pragma: no cover
     """``k`` for ``power == 2**k``: one multiplication, wrapping modulo 2^64 as compiled code does."""
     return _DE_BRUIJN_INDEX[(power * _DE_BRUIJN) >> np.uint64(58)]
 
 
-@_jit
+@kernel
 def _bit_index_search(power):  # pragma: no cover
     """``k`` for ``power == 2**k`` (a uint64 with one bit set): a binary search, no multiplication to overflow."""
     k = 0
@@ -260,7 +259,7 @@ RADIX_ROW_COST_ONE_PASS = 1150  # one pass (it also copies the row back from scr
 BITMAP_NONZERO_EXTRA_ONE_PASS = 16
 
 
-@_jit
+@kernel
 def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # pragma: no cover
     """Put each row's columns in increasing order, with their values: rows ``first_row .. end_row - 1``.
 
@@ -303,7 +302,7 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
                 radix_scatter(row_indices, row_data, scratch, row_indices, row_data, counts, n_passes)
 
 
-@_jit
+@kernel
 def bitmap_sorts(n_words, n, n_passes):  # pragma: no cover
     """Whether a row of ``n`` nonzeros among ``n_words`` words of columns sorts faster through a bitmap.
 
@@ -317,7 +316,7 @@ def bitmap_sorts(n_words, n, n_passes):  # pragma: no cover
     return BITMAP_WORD_COST * n_words + BITMAP_NONZERO_EXTRA * n < RADIX_ROW_COST
 
 
-@_jit
+@kernel
 def radix_passes(n_columns):  # pragma: no cover
     """Passes of 8 bits that sort columns below ``n_columns`` (1 to 4)."""
     n_passes = 1
@@ -326,13 +325,13 @@ def radix_passes(n_columns):  # pragma: no cover
     return n_passes
 
 
-@_jit
+@kernel
 def radix_top(n_columns, n_passes):  # pragma: no cover
     """Buckets of the last pass: the values of the top digit of columns below ``n_columns`` (1 to 256)."""
     return ((n_columns - 1) >> (_RADIX_BITS * (n_passes - 1))) + 1
 
 
-@_jit
+@kernel
 def radix_offsets(indices, counts, n_passes, top):  # pragma: no cover
     """Where each digit's columns go in every pass of a radix sort of ``indices``; whether they are in order.
 
@@ -369,7 +368,7 @@ def radix_offsets(indices, counts, n_passes, top):  # pragma: no cover
     return in_order
 
 
-@_jit
+@kernel
 def radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts, n_passes):  # pragma: no cover
     """The passes of a radix sort of a row whose :func:`radix_offsets` are in ``counts``.
 
@@ -405,7 +404,7 @@ def radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts,
             to_data[at] = from_data[j]
 
 
-@_jit
+@kernel
 def radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes):  # pragma: no cover
     """Sort a row whose :func:`radix_offsets` are in ``counts`` into one of the ``scratch`` rows; the row is left.
 
@@ -420,7 +419,7 @@ def radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes):  # p
     return out_indices, out_data
 
 
-@_jit
+@kernel
 def radix_scratch(longest, indices, data):  # pragma: no cover
     """Two scratch rows for :func:`radix_scatter`, ``longest`` nonzeros long, in the dtypes of ``indices``, ``data``."""
     return (
@@ -431,7 +430,7 @@ def radix_scratch(longest, indices, data):  # pragma: no cover
     )
 
 
-@_jit
+@kernel
 def _sort_row_bitmap(indices, data, lo, n, words, values, n_columns):  # pragma: no cover
     """Sort row ``indices[lo : lo + n]`` (and ``data``) through a bitmap of its columns.
 
@@ -468,7 +467,7 @@ def _sort_row_bitmap(indices, data, lo, n, words, values, n_columns):  # pragma:
             bits ^= lowest
 
 
-@_jit
+@kernel
 def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes):  # pragma: no cover
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo
@@ -484,7 +483,7 @@ def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_g
     return OK, 0
 
 
-@_jit
+@kernel
 def apply_value_exceptions(positions, payloads, out_data):  # pragma: no cover
     """Replace the stored 65535 at each position by its true count (``vexc``).
 
@@ -510,7 +509,7 @@ def apply_value_exceptions(positions, payloads, out_data):  # pragma: no cover
     return OK, 0
 
 
-@_jit
+@kernel
 def apply_gap_exceptions(
     positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
 ):  # pragma: no cover

@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import numba
 import numpy as np
 
+from deltacells._jit import kernel
 from deltacells.codec._kernels import radix_offsets, radix_passes, radix_scratch, radix_sorted_scratch, radix_top
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def _run_end(rows, out_slots, i):  # pragma: no cover
     """First ``k > i`` where the run of consecutive rows (and output slots) starting at ``i`` stops."""
     k = i + 1
@@ -30,19 +30,19 @@ def _run_end(rows, out_slots, i):  # pragma: no cover
     return k
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def _copy(source, target):  # pragma: no cover
     for j in range(source.shape[0]):
         target[j] = source[j]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def _map(source, columns, target):  # pragma: no cover
     for j in range(source.shape[0]):
         target[j] = columns[source[j]]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def _sort_rows(out_indptr, out_slots, out_indices, out_data, i, k):  # pragma: no cover
     """Put the columns of the output rows ``out_slots[i:k]`` in increasing order (with their values)."""
     for r in range(i, k):
@@ -56,7 +56,7 @@ def _sort_rows(out_indptr, out_slots, out_indices, out_data, i, k):  # pragma: n
             out_data[dest : dest + n] = sorted_data
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def _gather_runs(
     src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort
 ):  # pragma: no cover
@@ -83,7 +83,7 @@ def _gather_runs(
         i = k
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def gather_rows(
     src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data
 ):  # pragma: no cover
@@ -95,7 +95,7 @@ def gather_rows(
     _gather_runs(src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, None, False)
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def gather_rows_mapped(
     src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort
 ):  # pragma: no cover
@@ -106,7 +106,7 @@ def gather_rows_mapped(
     _gather_runs(src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort)
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def gather_rows_split(
     src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data
 ):  # pragma: no cover
@@ -125,7 +125,7 @@ def gather_rows_split(
         _copy(src_indices[start : start + n], out_indices[p][dest : dest + n])
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@kernel
 def gather_rows_split_sorted(
     src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data, n_columns
 ):  # pragma: no cover
