@@ -8,6 +8,7 @@ Every dataset is written under ``tmp_path`` and read with ``cache_dir`` under ``
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,11 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
+from filelock import FileLock
 from scipy import sparse
 
 import deltacells
-from deltacells.io import TiledCSRDataset
+from deltacells.io import TiledCSRDataset, _read
 
 #: The steering repository's shared folder (conformance vectors, real data), beside the project root.
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -172,3 +174,61 @@ def roundtrip(new_path: Callable[[str], Path], cache_dir: Path) -> Callable[...,
 def shared_dir() -> Path:
     """The shared folder beside the project root (``../shared``): conformance vectors and real data."""
     return SHARED
+
+
+# ---------------------------------------------------------------------- an atlas above the lazy-obs threshold
+
+#: Cells: just above :data:`deltacells.io._read.LAZY_OBS_MIN_CELLS`, so obs is lazy with the defaults.
+ATLAS_CELLS = _read.LAZY_OBS_MIN_CELLS + 48_576
+ATLAS_GENES = 12
+ATLAS_TILE_SIZE = 8192
+ATLAS_CELL_TYPES = ["B cell", "T cell", "NK cell", "monocyte", "platelet", "never used"]  # the last has no cell
+ATLAS_BUILD_VERSION = 1
+
+
+def build_atlas(root: Path) -> None:
+    """Write the atlas under ``root`` (its counts, the obs it was written from, a marker of completion)."""
+    rng = np.random.default_rng(27)
+    nnz_per_cell = rng.integers(0, 7, size=ATLAS_CELLS)
+    indptr = np.zeros(ATLAS_CELLS + 1, dtype=np.int64)
+    np.cumsum(nnz_per_cell, out=indptr[1:])
+    # Each cell's genes: distinct, sorted (a random permutation's first k, sorted), counts 1..30.
+    keys = rng.random((ATLAS_CELLS, ATLAS_GENES)).argsort(axis=1)
+    take = np.arange(ATLAS_GENES)[None, :] < nnz_per_cell[:, None]
+    indices = np.sort(np.where(take, keys, ATLAS_GENES), axis=1)
+    indices = indices[indices < ATLAS_GENES].astype(np.int32)
+    data = rng.integers(1, 31, size=indptr[-1]).astype(np.int32)
+    X = sparse.csr_matrix((data, indices, indptr), shape=(ATLAS_CELLS, ATLAS_GENES))
+    codes = rng.integers(0, len(ATLAS_CELL_TYPES) - 1, size=ATLAS_CELLS)
+    obs = pd.DataFrame(
+        {
+            "cell_type": pd.Categorical.from_codes(codes, categories=ATLAS_CELL_TYPES),
+            "donor": pd.Categorical.from_codes(rng.integers(0, 3, size=ATLAS_CELLS), categories=["d1", "d2", "d3"]),
+            "n_counts": np.asarray(X.sum(axis=1)).ravel().astype(np.int64),
+            "score": rng.random(ATLAS_CELLS).astype(np.float32),
+            "is_doublet": rng.random(ATLAS_CELLS) < 0.05,
+        },
+        index=pd.Index([f"cell_{i:07d}" for i in range(ATLAS_CELLS)]),
+    )
+    var = pd.DataFrame(
+        {"gene_ids": [f"ENSG{i:05d}" for i in range(ATLAS_GENES)]}, index=[f"gene_{i}" for i in range(ATLAS_GENES)]
+    )
+    adata = ad.AnnData(X=X, obs=obs, var=var)
+    deltacells.write_deltacells(adata, root / "atlas.deltacells", tile_size=ATLAS_TILE_SIZE, progress=False)
+    (root / "done.json").write_text(json.dumps({"version": ATLAS_BUILD_VERSION}))
+
+
+@pytest.fixture(scope="session")
+def atlas_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An atlas just above the lazy-obs threshold, built by the first xdist worker that asks (the others wait).
+
+    1,048,576 cells, 12 genes, obs of every kind (a categorical with a category no cell has, numbers,
+    booleans, stored names): what ``tests/io/test_atlas_idioms.py`` runs the everyday idioms on.
+    """
+    root = tmp_path_factory.getbasetemp().parent / "atlas-idioms"
+    root.mkdir(exist_ok=True)
+    with FileLock(str(root / "build.lock")):
+        done = root / "done.json"
+        if not done.exists() or json.loads(done.read_text()).get("version") != ATLAS_BUILD_VERSION:
+            build_atlas(root)
+    return root / "atlas.deltacells"

@@ -89,9 +89,10 @@ def test_names_read_only_for_the_subset(
 def test_column_memory_is_codes(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
     _, path = written
     lazy = _read_lazy(path, cache_dir)
-    values = lazy.obs["cell_type"].data
-    codes = np.asarray(pd.Categorical(values).codes)
-    assert codes.dtype.itemsize == 1
+    column = lazy.obs["cell_type"]
+    assert isinstance(column, pd.Series)
+    assert column.cat.codes.dtype.itemsize == 1
+    assert isinstance(lazy.obs.index, pd.RangeIndex)  # the whole atlas: cell numbers, no name read
 
 
 def test_obs_columns_and_names_options(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
@@ -159,32 +160,40 @@ def test_write_deltacells_from_a_lazy_obs(written: tuple[ad.AnnData, Path], cach
 def test_dtype_is_known_before_reading(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
     original, path = written
     lazy = _read_lazy(path, cache_dir)
-    assert list(lazy.obs["cell_type"].dtype.categories) == list(original.obs["cell_type"].cat.categories)
+    assert list(lazy.obs.dtypes["cell_type"].categories) == list(original.obs["cell_type"].cat.categories)
+    assert lazy.obs.dtypes["pct_mito"] == original.obs["pct_mito"].dtype
+    assert "cell_type" in repr(lazy.obs)
     assert not list(cache_dir.rglob("*.arrow"))
 
 
 @pytest.mark.parametrize("codes", [[0, 2, 2, -1], [1, 1], [-1, -1], [0, 1, 2, 3]])
 def test_unused_categories_dropped_as_pandas_does(codes: list[int]) -> None:
-    from deltacells.io._lazy_obs import _without_unused_categories
+    from deltacells.io._lazy_obs._backend import without_unused_categories
 
-    values = pd.Categorical.from_codes(np.array(codes, dtype=np.int8), categories=["a", "b", "c", "d"], ordered=True)
-    got, expected = _without_unused_categories(values), values.remove_unused_categories()
-    assert list(got.categories) == list(expected.categories)
+    values = pd.Categorical.from_codes(np.array(codes, dtype=np.int8), categories=["d", "a", "c", "b"], ordered=True)
+    got, expected = without_unused_categories(values), values.remove_unused_categories()
+    assert list(got.categories) == list(expected.categories)  # in their order, not sorted
     np.testing.assert_array_equal(got.codes, expected.codes)
-    assert got.ordered
+    assert got.ordered and got.codes.dtype == expected.codes.dtype
 
 
 def test_selection_never_builds_the_whole_range(written: tuple[ad.AnnData, Path], cache_dir: Path) -> None:
-    _, path = written
+    original, path = written
     lazy = _read_lazy(path, cache_dir)
+    coordinate = lazy.obs.ds.indexes["cell"]
+
+    def numbers(view: ad.AnnData) -> list[int]:  # the cell numbers a view's lazy obs holds
+        return view.obs.ds.indexes["cell"].tolist()
+
     view = lazy[np.array([3, 1, 1400])]
-    assert view.obs_names.tolist() == [3, 1, 1400]
-    assert "_data" not in lazy.obs.index._cache  # pandas caches the arange it builds for range_index[array]
+    assert numbers(view) == [3, 1, 1400]
+    assert view.obs_names.tolist() == original.obs_names[[3, 1, 1400]].tolist()
+    assert "_data" not in coordinate._cache  # pandas caches the arange it builds for range_index[array]
     mask = np.zeros(lazy.n_obs, dtype=bool)
     mask[[7, 9]] = True
-    assert lazy[mask].obs_names.tolist() == [7, 9]
-    assert lazy[-1:].obs_names.tolist() == [lazy.n_obs - 1]
-    assert lazy[np.array([-1])].obs_names.tolist() == [lazy.n_obs - 1]
+    assert numbers(lazy[mask]) == [7, 9]
+    assert numbers(lazy[-1:]) == [lazy.n_obs - 1]
+    assert numbers(lazy[np.array([-1])]) == [lazy.n_obs - 1]
     with pytest.raises(IndexError):
         lazy[np.array([lazy.n_obs])].obs  # noqa: B018
 
@@ -196,7 +205,7 @@ def test_damaged_cache_array_is_reported_for_the_tiles_used(written: tuple[ad.An
 
     _, path = written
     lazy = _read_lazy(path, cache_dir)
-    obs_store = lazy.obs["_index"].variable._data.array.obs_store
+    obs_store = lazy.obs.source.obs_store
     chunks, _ = obs_store._chunks("_index")
     good = chunks[1]
     offsets = np.frombuffer(good.buffers()[1], dtype=np.int32)[: len(good) + 1].copy()

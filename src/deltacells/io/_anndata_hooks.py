@@ -13,9 +13,12 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import sparse
 
+from deltacells.io._dask_blocks import CSRArrayBlock, CSRMatrixBlock
 from deltacells.io._lazy import TiledCSRDataset
+from deltacells.io._lazy_obs import LazyObs
 
 _registered = False
 
@@ -25,20 +28,68 @@ def register_anndata_io() -> None:
     global _registered
     if _registered:
         return
+    import anndata as ad
     import anndata.utils
     import h5py
     import zarr
     from anndata._core.file_backing import to_memory
+    from anndata._core.views import DaskArrayView
     from anndata._io.specs import IOSpec
     from anndata._io.specs.registry import _REGISTRY
+    from anndata.compat import DaskArray
 
     spec = IOSpec("csr_matrix", "0.1.0")
     for group_type in (h5py.Group, zarr.Group):
         _REGISTRY.register_write(group_type, TiledCSRDataset, spec)(write_tiled_csr)
+        for block_class in (CSRMatrixBlock, CSRArrayBlock):  # anndata looks writers up by exact type
+            _REGISTRY.register_write(group_type, block_class, spec)(_write_dask_block)
+            for dask_type in (DaskArray, DaskArrayView):
+                _REGISTRY.register_write(group_type, (dask_type, block_class), spec)(_write_dask_of_blocks)
     to_memory.register(TiledCSRDataset)(_to_memory)
+    # A view of an AnnData drops the categories its cells do not have, and their colours in uns.
+    ad.AnnData._remove_unused_categories.register(LazyObs)(staticmethod(_remove_unused_categories))
     # anndata.utils.asarray densifies anndata's own backed datasets (np.asarray refuses to).
     anndata.utils.asarray.register(TiledCSRDataset)(_asarray)
     _registered = True
+
+
+def _write_dask_block(
+    f: Any, k: str, elem: CSRMatrixBlock | CSRArrayBlock, *, _writer: Any, dataset_kwargs: Mapping[str, Any]
+) -> None:
+    """Write a dask X's block (or several stacked) as the scipy matrix it is, with anndata's own writer."""
+    base = sparse.csr_array if isinstance(elem, sparse.csr_array) else sparse.csr_matrix
+    _writer.write_elem(f, k, base(elem), dataset_kwargs=dataset_kwargs)
+
+
+def _write_dask_of_blocks(f: Any, k: str, elem: Any, *, _writer: Any, dataset_kwargs: Mapping[str, Any]) -> None:
+    """Write a dask X of such blocks with anndata's own writer of dask arrays of ``csr_matrix`` blocks.
+
+    ``csr_array`` blocks are written as ``csr_matrix`` ones: the same encoding on disk, which anndata 0.12 writes
+    only from ``csr_matrix`` blocks.
+    """
+    plain = elem.map_blocks(sparse.csr_matrix, dtype=elem.dtype, meta=sparse.csr_matrix((0, 0), dtype=elem.dtype))
+    _writer.write_elem(f, k, plain, dataset_kwargs=dataset_kwargs)
+
+
+def _remove_unused_categories(full: LazyObs, subset: LazyObs, uns: dict[str, Any]) -> None:
+    """Anndata's ``_remove_unused_categories`` for a lazy obs: the view's columns drop them when read.
+
+    As anndata does for a pandas obs, the colours of a categorical column (``uns[f"{column}_colors"]``) are
+    cut to the categories the view has, which reads that column's codes for the view's cells.
+    """
+    subset.drop_unused_categories()
+    for column in full.columns:
+        colors = uns.get(f"{column}_colors")
+        dtype = full.dtypes[column]
+        if colors is None or not isinstance(dtype, pd.CategoricalDtype):
+            continue
+        if np.ndim(colors) == 0:
+            uns[f"{column}_colors"] = np.asarray(colors)[None]
+        elif len(colors) != len(dtype.categories):
+            del uns[f"{column}_colors"]
+        else:
+            kept = np.isin(dtype.categories, subset[column].cat.categories)
+            uns[f"{column}_colors"] = np.asarray(colors)[np.flatnonzero(kept)]
 
 
 def _to_memory(x: TiledCSRDataset, *, copy: bool = False) -> sparse.csr_matrix | sparse.csr_array:

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
+from deltacells.io._dask_blocks import block_class, register_with_dask
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -117,7 +118,8 @@ class BlockSource:
     dtype
         dtype of the values.
     sparse_array
-        Blocks are ``csr_array`` (else ``csr_matrix``), as ``TiledCSRDataset.to_memory()`` returned.
+        Blocks are ``csr_array`` (else ``csr_matrix``), as ``TiledCSRDataset.to_memory()`` returned; both of
+        the classes of :mod:`deltacells.io._dask_blocks`, whose reductions dask can call.
     tile_cache_bytes, threads
         The dataset's tile cache bound and decoding threads. A process that opens the dataset for blocks
         (a worker) keeps no tile cache: a block's tiles are read once per computation.
@@ -152,8 +154,7 @@ class BlockSource:
 
     def meta(self) -> sparse.csr_matrix | sparse.csr_array:
         """An empty ``(0, 0)`` matrix of the blocks' class and dtype (dask's ``meta``)."""
-        cls = sparse.csr_array if self.sparse_array else sparse.csr_matrix
-        return cls((0, 0), dtype=self.dtype)
+        return block_class(sparse_array=self.sparse_array)((0, 0), dtype=self.dtype)
 
 
 def manifest_fingerprint(manifest: Manifest) -> str:
@@ -182,6 +183,7 @@ def dask_array(dataset: Dataset, dtype: np.dtype, chunks: str | int, *, sparse_a
         raise ImportError(msg) from exc
 
     chunks = parse_chunks(chunks, allow_none=False)
+    register_with_dask()
     source = BlockSource.of(dataset, dtype, sparse_array=sparse_array)
     rows = row_chunks(dataset.manifest, chunks)
     # The same dataset, settings and blocks give the same name (and so the same keys: dask reads them once).
@@ -216,12 +218,13 @@ def read_block(source: BlockSource, block_info: dict[Any, Any] | None = None) ->
     """The rows of one block (``block_info[None]["array-location"]``), read with the fast path of whole tiles."""
     assert block_info is not None, "dask passes block_info to map_blocks functions that take it"
     (start, stop), _ = block_info[None]["array-location"]
+    register_with_dask()  # in a worker too: the blocks it stacks keep their class
     dataset = dataset_for(source)
     if stop > start:
         matrix = dataset.read_rows(slice(start, stop), dtype=source.dtype)
     else:
         matrix = sparse.csr_matrix((0, dataset.n_genes), dtype=source.dtype)
-    return sparse.csr_array(matrix) if source.sparse_array else matrix
+    return block_class(sparse_array=source.sparse_array)(matrix)
 
 
 # ---------------------------------------------------------------------- the datasets open in this process

@@ -15,6 +15,7 @@ from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyErr
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
+from deltacells.io._names import default_names
 from deltacells.io._sources import view_parts
 from deltacells.io._var_frame import var_frame
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
@@ -191,8 +192,8 @@ def read_obs(
             if not adata.is_view:
                 from deltacells.io._lazy_obs import add_lazy_columns
 
-                obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
-                add_lazy_columns(adata.obs, obs_store, wanted)
+                _, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+                add_lazy_columns(adata.obs, wanted)
             return frame
         if adata.is_view:
             # A view's obs cannot grow in place: return its rows only.
@@ -296,9 +297,7 @@ def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, ver
 
 def _default_names(n: int) -> pd.Index:
     """``"0" .. "n-1"`` as anndata names cells by default, built without a Python loop."""
-    import pyarrow as pa
-
-    return pd.Index(pa.array(np.arange(n, dtype=np.int64)).cast(pa.string()).to_numpy(zero_copy_only=False))
+    return default_names(np.arange(n, dtype=np.int64))
 
 
 def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:

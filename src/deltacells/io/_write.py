@@ -218,8 +218,12 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
     """
     obs = adata.obs
     if not isinstance(obs, pd.DataFrame) and hasattr(obs, "to_memory"):
+        from deltacells.io._lazy_obs import LazyObs
+
         present = None if obs_columns is None or isinstance(obs_columns, str) else [c for c in obs_columns if c in obs]
-        if present == []:  # the names only (columns asked for that are not there are reported below)
+        if isinstance(obs, LazyObs):
+            obs = obs.to_memory(columns=present)
+        elif present == []:  # the names only (columns asked for that are not there are reported below)
             index = obs.true_index
             obs = pd.DataFrame(index=index.rename(None if index.name == "_index" else index.name))
         else:

@@ -17,6 +17,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -275,10 +276,29 @@ class ObsStore:
             chunks = self._checked(name, None)
             array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
         else:
-            cells = np.asarray(cells, dtype=np.int64)
-            chunks = self._checked(name, np.unique(self._tile_of(cells)))
-            array = take_from_tiles(chunks, self.manifest.tile_cells, cells)
+            selection = TileSelection.of(np.asarray(cells, dtype=np.int64), self.manifest.tile_cells)
+            array = selection.take(self._checked(name, selection.tiles))
         return to_pandas_values(self.schema.column(name), array)
+
+    def dtype(self, name: str) -> Any:
+        """The pandas dtype :meth:`take` gives for column ``name``, found from the schema without reading it."""
+        self._check_names([name])
+        column = self.schema.column(name)
+        return to_pandas_values(column, pa.array([], type=column.pa_type)).dtype
+
+    def arrow_column(self, name: str) -> pa.ChunkedArray:
+        """Column ``name`` as Arrow, one chunk per tile, memory-mapped from the cache (localized first if needed).
+
+        Nothing is converted to Python or pandas objects: this is how every stored name is searched without
+        making a Python string per cell (the lazy obs's name lookups).
+
+        Parameters
+        ----------
+        name
+            The column (``"_index"`` for the stored cell names).
+        """
+        self._check_names([name])
+        return pa.chunked_array(self._checked(name, None), type=self.schema.column(name).pa_type)
 
     def _chunks(self, name: str) -> list[pa.Array]:
         """The per-tile arrays of column ``name``'s cache file, localizing it first; kept for later calls."""
@@ -384,15 +404,6 @@ class ObsStore:
         return read_column_file(
             self._path(name), name, column.pa_type, self.manifest.tile_cells, fingerprint, validate=validate
         )
-
-    def _tile_of(self, cells: np.ndarray) -> np.ndarray:
-        """The tile of each cell number (checked to lie in the dataset)."""
-        starts = np.zeros(self.manifest.n_tiles + 1, dtype=np.int64)
-        np.cumsum(self.manifest.tile_cells, out=starts[1:])
-        if cells.size and (cells.min() < 0 or cells.max() >= starts[-1]):
-            msg = f"cell numbers must lie in 0 .. {starts[-1] - 1}"
-            raise InvalidValueError(msg)
-        return np.searchsorted(starts, cells, side="right") - 1
 
     def _arrays(self, names: list[str]) -> dict[str, pa.Array]:
         """The values of columns ``names`` from the cache, localizing the ones that are not there."""
@@ -514,30 +525,70 @@ class ObsStore:
             raise ObsCacheError(msg) from exc
 
 
-def take_from_tiles(chunks: list[pa.Array], tile_cells: np.ndarray, cells: np.ndarray) -> pa.Array:
-    """``cells`` (dataset cell numbers, any order) of a column held as one array per tile, in that order."""
-    starts = np.zeros(tile_cells.shape[0] + 1, dtype=np.int64)
-    np.cumsum(tile_cells, out=starts[1:])
-    if cells.size and (cells.min() < 0 or cells.max() >= starts[-1]):
-        msg = f"cell numbers must lie in 0 .. {starts[-1] - 1}"
-        raise InvalidValueError(msg)
-    tiles = np.searchsorted(starts, cells, side="right") - 1
-    order = np.argsort(tiles, kind="stable")
-    sorted_tiles = tiles[order]
-    needed, first = np.unique(sorted_tiles, return_index=True)
-    bounds = np.append(first, cells.shape[0])
-    pieces = [
-        chunks[t].take(pa.array(cells[order[bounds[k] : bounds[k + 1]]] - starts[t]))
-        for k, t in enumerate(needed.tolist())
-    ]
-    if not pieces:
-        return chunks[0].slice(0, 0) if chunks else pa.array([])
-    gathered = pa.concat_arrays(pieces)
-    if cells.shape[0] > 1 and not bool(np.all(order[1:] > order[:-1])):  # back to the order asked for
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.shape[0])
-        gathered = gathered.take(pa.array(inverse))
-    return gathered
+@dataclass(frozen=True)
+class TileSelection:
+    """Cells of a dataset grouped by tile: which tiles hold them, and where each tile's cells lie.
+
+    Built once per selection with vectorised numpy (a binary search per tile boundary when the cells are
+    sorted, as masks and slices give them; one stable sort otherwise), never a Python step per cell.
+
+    Attributes
+    ----------
+    cells
+        Dataset cell numbers, in the order asked for.
+    order
+        ``cells`` sorted is ``cells[order]``; ``None`` when they are sorted already.
+    tiles
+        The tiles holding at least one cell, increasing.
+    bounds
+        Tile ``tiles[k]`` holds sorted cells ``bounds[k] .. bounds[k + 1] - 1``.
+    tile_starts
+        The first cell of each tile of the dataset.
+    """
+
+    cells: np.ndarray
+    order: np.ndarray | None
+    tiles: np.ndarray
+    bounds: np.ndarray
+    tile_starts: np.ndarray
+
+    @classmethod
+    def of(cls, cells: np.ndarray, tile_cells: np.ndarray) -> TileSelection:
+        """Group ``cells`` (any order, repeats allowed) by tile.
+
+        Raises
+        ------
+        InvalidValueError
+            For a cell number outside the dataset.
+        """
+        starts = np.zeros(tile_cells.shape[0] + 1, dtype=np.int64)
+        np.cumsum(tile_cells, out=starts[1:])
+        if cells.size and (cells.min() < 0 or cells.max() >= starts[-1]):
+            msg = f"cell numbers must lie in 0 .. {starts[-1] - 1}"
+            raise InvalidValueError(msg)
+        ordered = cells.shape[0] < 2 or bool(np.all(cells[1:] >= cells[:-1]))
+        order = None if ordered else np.argsort(cells, kind="stable")
+        in_order = cells if order is None else cells[order]
+        edges = np.searchsorted(in_order, starts)  # where each tile's cells begin among the sorted cells
+        tiles = np.flatnonzero(edges[1:] > edges[:-1])
+        bounds = np.append(edges[tiles], in_order.shape[0])
+        return cls(cells, order, tiles, bounds, starts)
+
+    def take(self, chunks: list[pa.Array]) -> pa.Array:
+        """The selected cells' values of a column held as one array per tile, in the order asked for."""
+        in_order = self.cells if self.order is None else self.cells[self.order]
+        pieces = [
+            chunks[t].take(pa.array(in_order[self.bounds[k] : self.bounds[k + 1]] - self.tile_starts[t]))
+            for k, t in enumerate(self.tiles.tolist())
+        ]
+        if not pieces:
+            return chunks[0].slice(0, 0) if chunks else pa.array([])
+        gathered = pa.concat_arrays(pieces)
+        if self.order is not None:  # back to the order asked for
+            inverse = np.empty_like(self.order)
+            inverse[self.order] = np.arange(self.order.shape[0])
+            gathered = gathered.take(pa.array(inverse))
+        return gathered
 
 
 def _series(column: ObsColumn, array: pa.Array, index: pd.Index | None) -> pd.Series:

@@ -1,17 +1,8 @@
-"""obs as a lazy :class:`anndata.experimental.backed.Dataset2D`: constant-time opening at atlas scale.
+"""The xarray side of a lazy obs: columns as lazily indexed arrays over the local cache, and the cell index.
 
-A pandas obs costs a Python string per cell for its names and a full load per column, and anndata checks
-the names for duplicates: time and memory that grow with the cells. Above a million cells (the rule is
-``read_deltacells``'s ``lazy_obs``) obs is instead the xarray-backed ``Dataset2D`` that anndata's own
-:func:`anndata.experimental.read_lazy` returns, with each column a lazily indexed array over the local
-Arrow cache:
-
-- the index is a :class:`pandas.RangeIndex` of cell numbers (``obs_names`` are ``0 .. n-1``, costing
-  nothing); the stored names are the ``_index`` variable, anndata's "true index", read only for the cells
-  a subset keeps when it is brought into memory;
-- a column is read (and localized into the cache on first use) when it is indexed: ``adata.obs["cell_type"]
-  == "B cell"`` loads that column's codes (1-2 bytes per cell), ``adata[mask].to_memory()`` reads the
-  selected cells' values of every column from the memory-mapped cache files.
+These are what anndata's own machinery (views, ``to_memory``, ``concat``) sees of a lazy obs: each column is
+an xarray variable whose values are read (and the column localized on first use) only for the cells
+indexed, and the dimension's index holds cell numbers without ever building the whole range.
 """
 
 from __future__ import annotations
@@ -25,49 +16,35 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import xarray as xr
-from anndata.experimental.backed import Dataset2D
 from xarray.backends import BackendArray
 from xarray.core.extension_array import PandasExtensionArray
 from xarray.core.indexing import IndexingSupport, LazilyIndexedArray, explicit_indexing_adapter
 
-from deltacells.format import INDEX_COLUMN
-from deltacells.obs._decode import to_pandas_values
-
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from deltacells.obs import ObsStore
 
-__all__ = ["OBS_DIM", "CachedObsColumn", "CellNumberIndex", "NumberNames", "add_lazy_columns", "lazy_obs_frame"]
+__all__ = [
+    "OBS_DIM",
+    "SOURCE_KEY",
+    "CachedObsColumn",
+    "CellNumberIndex",
+    "NumberNames",
+    "cached_column_variable",
+    "restrict_categories",
+    "without_unused_categories",
+]
 
 #: Name of the obs dimension (and of the index of cell numbers) of a lazy obs.
 OBS_DIM = "cell"
 
+#: The key, in a variable's ``encoding``, that names the stored obs column the variable reads. A column the
+#: user sets in place of it is a new variable without the key, which is how a lazy obs tells the two apart.
+SOURCE_KEY = "deltacells_obs_column"
 
-def lazy_obs_frame(obs_store: ObsStore | None, n_cells: int, columns: Sequence[str], *, names: bool) -> Any:
-    """A ``Dataset2D`` over ``n_cells`` cells with the obs ``columns`` of ``obs_store``, read lazily.
 
-    Parameters
-    ----------
-    obs_store
-        The dataset's obs (``None`` when it has none: the frame has the index only).
-    n_cells
-        Rows.
-    columns
-        The columns (names checked by the caller).
-    names
-        Make the stored names (``_index``) the frame's true index, so that ``to_memory()`` gives them.
-    """
-    index = CellNumberIndex(pd.RangeIndex(n_cells, name=OBS_DIM), OBS_DIM)
-    frame = Dataset2D(xr.Dataset(coords=xr.Coordinates.from_xindex(index)))
-    if obs_store is not None:
-        add_lazy_columns(frame, obs_store, columns)
-    if names and obs_store is not None and obs_store.schema.has_index:
-        add_lazy_columns(frame, obs_store, [INDEX_COLUMN])
-    else:  # the names anndata gives cells by default, made for the cells brought into memory
-        frame.ds[INDEX_COLUMN] = xr.Variable((OBS_DIM,), LazilyIndexedArray(NumberNames(n_cells)))
-    frame.true_index_dim = INDEX_COLUMN
-    return frame
+def cached_column_variable(obs_store: ObsStore, name: str, dim: str = OBS_DIM) -> xr.Variable:
+    """Column ``name`` of ``obs_store`` as a lazily indexed xarray variable along ``dim``."""
+    return xr.Variable((dim,), LazilyIndexedArray(CachedObsColumn(obs_store, name)), encoding={SOURCE_KEY: name})
 
 
 class CellNumberIndex(xr.indexes.PandasIndex):
@@ -102,18 +79,13 @@ class CellNumberIndex(xr.indexes.PandasIndex):
         return super().isel(indexers)
 
 
-def add_lazy_columns(frame: Any, obs_store: ObsStore, columns: Sequence[str]) -> None:
-    """Add the obs ``columns`` of ``obs_store`` to the lazy obs ``frame`` (in place), each read when used."""
-    for name in columns:
-        frame.ds[name] = xr.Variable((frame.index_dim,), LazilyIndexedArray(CachedObsColumn(obs_store, name)))
-
-
 class CachedObsColumn(BackendArray):
     """One obs column of the local Arrow cache as a lazily indexed xarray array.
 
     Indexing it reads the values of the cells asked for (localizing the column on first use), from the
     record batches of their tiles only. Categorical columns come back as :class:`pandas.Categorical`
-    (their codes), strings and nullable columns in the pandas dtypes :meth:`ObsStore.take` gives.
+    (their codes), strings as numpy object arrays (xarray keeps text in numpy), other columns in the dtypes
+    :meth:`ObsStore.take` gives.
 
     Parameters
     ----------
@@ -127,7 +99,8 @@ class CachedObsColumn(BackendArray):
         self.obs_store = obs_store
         self.name = name
         self.shape = (obs_store.n_obs,)
-        self.dtype = _dtype_of(obs_store, name)
+        dtype = obs_store.dtype(name)
+        self.dtype = np.dtype(object) if isinstance(dtype, pd.StringDtype) else dtype  # as _wrap gives strings
         self._last: tuple[np.ndarray | None, Any] | None = None
 
     def _take(self, cells: np.ndarray | None) -> Any:
@@ -209,23 +182,36 @@ def _wrap(values: Any) -> Any:
     if isinstance(values.dtype, pd.StringDtype):  # xarray holds strings in numpy arrays
         return values.to_numpy(dtype=object, na_value=None)
     if isinstance(values, pd.Categorical) and ad.settings.remove_unused_categories:
-        values = _without_unused_categories(values)
+        values = without_unused_categories(values)
     return PandasExtensionArray(values)
 
 
-def _without_unused_categories(values: pd.Categorical) -> pd.Categorical:
-    """``values.remove_unused_categories()``, finding the codes used by hashing (pandas sorts every code)."""
-    used = pc.unique(pa.array(values.codes)).to_numpy()
+def without_unused_categories(values: pd.Categorical) -> pd.Categorical:
+    """``values.remove_unused_categories()``: the categories in their order, found by hashing the codes.
+
+    pandas sorts every code to find the ones used; here they are hashed, and the codes renumbered by a lookup.
+    """
+    codes = values.codes
+    used = pc.unique(pa.array(codes)).to_numpy()
     used = used[used >= 0]
     if used.shape[0] == len(values.categories):
         return values
-    unused = np.ones(len(values.categories), dtype=bool)
-    unused[used] = False
-    return values.remove_categories(values.categories[unused])
+    kept = np.zeros(len(values.categories), dtype=bool)
+    kept[used] = True
+    return _keep_categories(values, kept)
 
 
-def _dtype_of(obs_store: ObsStore, name: str) -> Any:
-    """The dtype :meth:`ObsStore.take` gives for column ``name``, found without reading it."""
-    column = obs_store.schema.column(name)
-    dtype = to_pandas_values(column, pa.array([], type=column.pa_type)).dtype
-    return np.dtype(object) if isinstance(dtype, pd.StringDtype) else dtype  # as _wrap gives strings
+def restrict_categories(values: pd.Categorical, categories: pd.Index) -> pd.Categorical:
+    """``values`` with only ``categories`` (a subset of its own, which every value lies in), in their order."""
+    if len(categories) == len(values.categories):
+        return values
+    return _keep_categories(values, values.categories.isin(categories))
+
+
+def _keep_categories(values: pd.Categorical, kept: np.ndarray) -> pd.Categorical:
+    """``values`` with the categories ``kept`` marks, the codes renumbered by a lookup (no value has another)."""
+    codes = values.codes
+    renumbered = (np.cumsum(kept) - 1).astype(codes.dtype)
+    new_codes = np.where(codes >= 0, renumbered[np.maximum(codes, 0)], codes)
+    dtype = pd.CategoricalDtype(values.categories[kept], ordered=values.ordered)
+    return pd.Categorical.from_codes(new_codes, dtype=dtype)
