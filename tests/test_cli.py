@@ -118,7 +118,47 @@ def test_console_script_error_has_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_reader_that_stops_reading_is_no_error(h5ad, tmp_path):
+    """``deltacells info DATASET | head -5``: the pipe closes before everything is written; exit status 0."""
+    script = Path(sys.executable).with_name("deltacells")
+    if not script.exists():
+        pytest.skip("the deltacells console script is not installed beside this Python")
+    assert run("convert", "-q", h5ad, tmp_path / "ds").exit_code == 0
+    for options in ([], ["--json"]):
+        proc = subprocess.Popen(
+            [script, "info", *options, tmp_path / "ds"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        proc.stdout.close()  # the reader is gone before the command writes anything
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert err == b""
+
+
 # ---------------------------------------------------------------------- convert
+
+
+def test_convert_interrupted_leaves_nothing(h5ad, tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) once the output is open: click's "Aborted!", and no output folder left."""
+    from deltacells.dataset import DatasetWriter
+
+    write = DatasetWriter.write
+    calls = []
+
+    def interrupted(self, block):
+        calls.append(block.shape[0])
+        write(self, block)  # the first tiles are stored (tiles of 64 cells), then the user presses Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DatasetWriter, "write", interrupted)
+    out = tmp_path / "out"
+    result = run("convert", "-q", "--tile-size", "64", h5ad, out)
+    assert result.exit_code == 1 and "Aborted" in result.output
+    assert calls == [500]
+    assert not out.exists()
+    existing = tmp_path / "existing"  # a folder that was there before is kept, emptied of what was written
+    existing.mkdir()
+    run("convert", "-q", "--tile-size", "64", h5ad, existing)
+    assert existing.is_dir() and not any(existing.iterdir())
 
 
 def test_convert_h5ad_backed(h5ad, source, tmp_path):
@@ -381,7 +421,7 @@ def test_convert_non_integer_counts(source, tmp_path):
     adata.write_h5ad(path)
     out = tmp_path / "out"
     assert_one_line_error(run("convert", "-q", path, out), "is not a whole number", "no layers and no raw")
-    assert not (out / "manifest.json").exists()
+    assert not out.exists()  # a failed conversion leaves nothing it created
 
 
 @pytest.mark.parametrize(

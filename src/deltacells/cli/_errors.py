@@ -10,6 +10,8 @@ its traceback.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -57,14 +59,34 @@ class ErrorReportingGroup(click.Group):
     """A group whose commands report user errors as ``error: <message>`` and warnings as ``warning: ...``."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Invoke the command, turning user errors (:func:`is_user_error`) into :class:`CLIError`, showing warnings."""
+        """Invoke the command, turning user errors (:func:`is_user_error`) into :class:`CLIError`, showing warnings.
+
+        A reader that stops reading (``deltacells info DATASET | head -5``) is not an error: the output that no
+        one reads is dropped and the command exits with status 0.
+        """
         with cli_warnings():
             try:
                 return super().invoke(ctx)
+            except BrokenPipeError:
+                drop_stdout()
+                ctx.exit(0)
             except Exception as exc:
                 if not is_user_error(exc):
                     raise
                 raise CLIError(error_message(exc)) from exc
+
+
+def drop_stdout() -> None:
+    """Send what is still to be written to stdout nowhere: its reader has gone (a closed pipe).
+
+    The Python documentation's recipe (``signal`` module, "Note on SIGPIPE"): point the descriptor at
+    ``os.devnull``, so that flushing stdout at exit does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 @contextlib.contextmanager

@@ -165,7 +165,10 @@ class DatasetWriter:
         )  # fmt: skip
         self._uploads = self._tiles.uploads  # the sidecars too: one bound on the bytes pending
         root = self.store.local_path("") if self.store.is_local else None
-        if root is not None:  # the root exists once the writer is open, whether or not a tile gets stored
+        # The root exists once the writer is open, whether or not a tile gets stored; if this writer made it,
+        # an abort removes it again (a failed or interrupted conversion leaves nothing it created).
+        self._made_root = root if root is not None and not os.path.exists(root) else None
+        if root is not None:
             os.makedirs(root, exist_ok=True)
         self.tile_size = self._tiles.tile_size
         self.n_chunks = self._tiles.n_chunks
@@ -305,6 +308,9 @@ class DatasetWriter:
             else:
                 for entry in DATASET_ENTRIES:
                     self.store.delete(entry)
+        if self._made_root is not None:
+            with contextlib.suppress(OSError):  # only if empty: never what someone else put there meanwhile
+                os.rmdir(self._made_root)
 
     # ------------------------------------------------------------------ internals
 

@@ -74,7 +74,9 @@ def check_var_table(blob: bytes, n_genes: int | None) -> Checker[pa.Table | None
     import pyarrow.parquet as pq
 
     try:
-        table = pq.ParquetFile(pa.BufferReader(blob)).read()  # not read_table: it loads pyarrow.dataset
+        # Not read_table (it loads pyarrow.dataset); no thread pool: a gene table is small, and pyarrow threads
+        # still running at interpreter exit can abort the process (apache/arrow#34314).
+        table = pq.ParquetFile(pa.BufferReader(blob)).read(use_threads=False)
     except Exception as exc:  # anything pyarrow raises means unreadable
         yield Problem(VAR_TABLE_NAME, f"not a readable parquet table ({problem_from_error('', exc).message})")
         return None
