@@ -810,8 +810,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="keep the stores here")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plots", type=Path, default=None, help="write the PNG charts to this folder")
+    parser.add_argument(
+        "--replot", type=Path, default=None, help="redraw the charts of this JSON report into --plots (no run)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+
+    if args.replot:
+        for path in plot(json.loads(args.replot.read_text()), args.plots or Path("docs/_static/loader")):
+            print(f"wrote {path}")
+        return 0
 
     if args.child:
         spec = json.loads(Path(args.child).read_text())
@@ -1041,7 +1049,7 @@ def plot(report: dict[str, Any], folder: Path) -> list[Path]:
         fig.text(0.5, 0.005, caption, ha="center", va="bottom", fontsize=6)
         fig.tight_layout(rect=(0, 0.04, 1, 1))
         path = folder / "throughput.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # the long loader names and the x label are kept whole
         plt.close(fig)
         written.append(path)
     # the speed / randomness trade-off of the knobs
@@ -1096,7 +1104,7 @@ def plot(report: dict[str, Any], folder: Path) -> list[Path]:
         fig.text(0.5, 0.005, caption, ha="center", va="bottom", fontsize=6)
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         path = folder / "shuffle.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written

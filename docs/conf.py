@@ -104,6 +104,8 @@ default_role = "literal"
 
 # MyST and myst-nb
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "attrs_inline", "substitution"]
+# The figures pages quote ({{ read_vs_zarr }}...), computed from the benchmark results in docs/_data.
+myst_substitutions = __import__("figures").figures(HERE / "_data")
 myst_heading_anchors = 3
 nb_execution_mode = "cache"
 nb_execution_raise_on_error = True

@@ -689,6 +689,29 @@ def test_demo_in_a_temporary_directory():
     assert "identical to the source: True" in result.stdout
 
 
+@pytest.mark.parametrize("cold", [True, False])
+def test_demo_says_it_compiles_before_it_starts(monkeypatch, cold):
+    """On a machine where the kernels were never compiled, the wait is announced first (on stderr)."""
+    import deltacells._jit
+    import deltacells.demo
+
+    events = []
+    monkeypatch.setattr(deltacells._jit, "kernels_to_compile", lambda: ["decode_chunk"] if cold else [])
+
+    def run_demo(**options):
+        events.append("demo started")
+        msg = "stop here"
+        raise dc.errors.DemoMismatchError(msg)
+
+    monkeypatch.setattr(deltacells.demo, "run_demo", run_demo)
+    result = run("demo", "--cells", "300")
+    assert events == ["demo started"]
+    announced = "compiles deltacells' decoding kernels" in result.stderr
+    assert announced == cold
+    if cold:
+        assert result.stderr.index("compiles") < result.stderr.index("error: stop here")
+
+
 def test_demo_reports_a_mismatch_as_one_error_line(monkeypatch):
     from deltacells.demo import _read
     from deltacells.errors import DeltaCellsError, DemoMismatchError

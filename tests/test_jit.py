@@ -20,6 +20,7 @@ import pytest
 from filelock import FileLock, Timeout
 from numba.core import types
 
+import deltacells
 from deltacells import _jit
 from deltacells._jit import LOCK_NAME, GuardedCache
 
@@ -188,3 +189,33 @@ def test_every_kernel_is_guarded():
     ]
     assert len(dispatchers) > 20
     assert all(isinstance(d._cache, GuardedCache) for d in dispatchers)
+
+
+def test_kernel_modules_lists_every_module_with_kernels():
+    from deltacells._jit import KERNEL_MODULES
+
+    package = Path(deltacells.__file__).parent
+    with_kernels = {
+        "deltacells." + ".".join(path.relative_to(package).with_suffix("").parts)
+        for path in package.rglob("*.py")
+        if "@kernel" in path.read_text(encoding="utf-8") and path.name != "_jit.py"
+    }
+    assert with_kernels == set(KERNEL_MODULES)
+
+
+@needs_jit
+def test_kernels_to_compile_on_a_fresh_cache(tmp_path):
+    """A fresh cache: every kernel is to compile; after a read, none of those the read used."""
+    script = (
+        "import numpy as np, deltacells\n"
+        "from deltacells._jit import kernels_to_compile\n"
+        "before = kernels_to_compile()\n"
+        "deltacells.decode_tile(deltacells.encode_tile(np.array([0, 2]), np.array([0, 3], dtype=np.int32), "
+        "np.array([1, 5], dtype=np.int32), 4))\n"
+        "after = kernels_to_compile()\n"
+        "print(len(before), 'decode_chunk' in before, 'decode_chunk' in after)\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    n_before, before, after = out.stdout.split()
+    assert int(n_before) > 20 and before == "True" and after == "False"

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import numba
 from numba.core import sigutils
 
-__all__ = ["kernel"]
+__all__ = ["kernel", "kernels_to_compile"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,7 +60,31 @@ def kernel(func: F) -> F:
     cache = getattr(dispatcher, "_cache", None)  # numba's per-function cache (absent with NUMBA_DISABLE_JIT)
     if cache is not None and getattr(cache, "cache_path", None):
         dispatcher._cache = GuardedCache(cache)
+        _KERNELS.append(dispatcher)
     return dispatcher
+
+
+#: Every kernel made by :func:`kernel` so far (those of the modules imported).
+_KERNELS: list[Any] = []
+
+#: The modules that define kernels (``tests/test_jit.py`` checks that none is missing). They are imported on
+#: the first decode, not by ``import deltacells``.
+KERNEL_MODULES = ("deltacells.codec._kernels", "deltacells.tiles._gather")
+
+
+def kernels_to_compile() -> list[str]:
+    """The kernels that no earlier process compiled into numba's cache on this machine (imports them).
+
+    A process that finds some spends seconds compiling them on its first reads (about 10 s for all of
+    deltacells' on 2 cores); later processes load them from the cache. ``deltacells demo`` says so first.
+    """
+    import importlib
+
+    for module in KERNEL_MODULES:
+        importlib.import_module(module)
+    return [
+        dispatcher.py_func.__qualname__ for dispatcher in _KERNELS if not os.path.exists(dispatcher._cache.index_path)
+    ]
 
 
 class GuardedCache:
@@ -79,6 +103,11 @@ class GuardedCache:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cache, name)
+
+    @property
+    def index_path(self) -> str:
+        """The file numba writes first when it saves this function's compilations (its index)."""
+        return self._cache._cache_file._index_path
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         """The cached compilation of ``sig``, or ``None``: not cached, not lockable, or for another signature."""

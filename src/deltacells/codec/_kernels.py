@@ -209,9 +209,11 @@ def _bit_index_de_bruijn(power):  # pragma: no cover
     return _DE_BRUIJN_INDEX[(power * _DE_BRUIJN) >> np.uint64(58)]
 
 
-@kernel
 def _bit_index_search(power):  # pragma: no cover
-    """``k`` for ``power == 2**k`` (a uint64 with one bit set): a binary search, no multiplication to overflow."""
+    """``k`` for ``power == 2**k`` (a uint64 with one bit set): a binary search, no multiplication to overflow.
+
+    Python only (``NUMBA_DISABLE_JIT``): compiled code takes :func:`_bit_index_de_bruijn`.
+    """
     k = 0
     if power >= np.uint64(1 << 32):
         k += 32
