@@ -106,6 +106,7 @@ def bench(session: nox.Session) -> None:
         "bench_object_storage",
         "bench_tile_cache",
         "bench_scale",
+        "bench_atlas_idioms",
         "bench_dask",
     ):
         session.run("python", f"benchmarks/{script}.py", *quick)

@@ -187,7 +187,7 @@ class LazyObs(Dataset2D):
 
     @property
     def dtypes(self) -> pd.Series:
-        """Each column's pandas dtype, known without reading any value."""
+        """Each column's pandas dtype, from the schema (a view's categoricals read, for the categories it has)."""
         return pd.Series({name: self._dtype(name) for name in self.columns}, dtype=object)
 
     def __len__(self) -> int:
