@@ -107,6 +107,7 @@ def bench(session: nox.Session) -> None:
         "bench_tile_cache",
         "bench_scale",
         "bench_atlas_idioms",
+        "bench_extras",
         "bench_dask",
     ):
         session.run("python", f"benchmarks/{script}.py", *quick)

@@ -62,8 +62,8 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
 
 
 def read_back(path: Path, cache: Path) -> ad.AnnData:
-    """The dataset at ``path`` in memory, genes back in the source's order, values int32."""
-    adata = dc.read_deltacells(path, cache_dir=cache, dtype="int32")
+    """The tiles' matrix at ``path`` in memory as X (``extras=False``), genes back in the source's order, int32."""
+    adata = dc.read_deltacells(path, cache_dir=cache, dtype="int32", extras=False)
     if "gene_order" in adata.uns["deltacells"]:
         adata = dc.restore_gene_order(adata)
     return adata.to_memory()
@@ -183,6 +183,21 @@ def test_convert_h5ad_backed(h5ad, source, tmp_path):
     assert m.has_gene_order
 
 
+def test_convert_keeps_everything_else_unless_told(source, tmp_path):
+    adata = source.copy()
+    adata.obsm["X_pca"] = np.ones((adata.n_obs, 3), dtype=np.float32)
+    adata.uns["note"] = "kept"
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    assert run("convert", "-q", tmp_path / "in.h5ad", tmp_path / "all").exit_code == 0
+    back = dc.read_deltacells(tmp_path / "all", cache_dir=tmp_path / "cache")
+    np.testing.assert_array_equal(back.obsm["X_pca"], adata.obsm["X_pca"])
+    assert back.uns["note"] == "kept"
+    info = run("info", tmp_path / "all").stdout
+    assert "elements in anndata.zarr" in info and "obsm/X_pca" in info
+    assert run("convert", "-q", "--no-extras", tmp_path / "in.h5ad", tmp_path / "counts").exit_code == 0
+    assert not (tmp_path / "counts" / "anndata.zarr").exists()
+
+
 def test_convert_options_take_effect(h5ad, source, tmp_path):
     out = tmp_path / "out.deltacells"
     result = run(
@@ -267,12 +282,16 @@ def test_convert_layer_and_raw(normalized_h5ad, source, tmp_path):
 
 def test_convert_warnings_are_one_line(source, tmp_path):
     adata = source.copy()
-    adata.uns["note"] = "not stored"
-    path = tmp_path / "with_uns.h5ad"
-    adata.write_h5ad(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata's own warning of names that are not unique
+        adata.var_names = ["same"] * adata.n_vars
+        adata.write_h5ad(tmp_path / "same_names.h5ad")
+    path = tmp_path / "same_names.h5ad"
     result = run("convert", "-q", path, tmp_path / "out")
     assert result.exit_code == 0, result.output
-    assert any(line.startswith("warning: ") and "uns (note)" in line for line in result.stderr.splitlines())
+    assert any(
+        line.startswith("warning: ") and "var_names are not unique" in line for line in result.stderr.splitlines()
+    )
     assert "UserWarning" not in result.stderr
 
 
@@ -498,7 +517,7 @@ def test_convert_not_counts_with_layer_suggests_x(normalized_h5ad, tmp_path):
 INFO_KEYS = {
     "info_version", "path", "format", "version", "n_cells", "n_genes", "n_tiles", "tile_size", "n_chunks",
     "zstd_level", "nnz", "density", "tile_bytes", "obs_bytes", "other_bytes", "total_bytes", "bytes_per_nonzero",
-    "has_gene_order", "has_var_names", "has_var_table", "has_obs", "var", "obs", "metadata",
+    "has_gene_order", "has_var_names", "has_var_table", "has_obs", "var", "obs", "metadata", "anndata",
 }  # fmt: skip
 
 
@@ -509,6 +528,7 @@ def test_info_json_on_conformance_dataset():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert set(doc) == INFO_KEYS
+    assert doc["anndata"] is None  # written by the other implementation: counts, obs and var only
     m = dc.open_dataset(path).manifest
     assert doc["info_version"] == INFO_JSON_VERSION
     assert (doc["n_cells"], doc["n_genes"], doc["n_tiles"], doc["tile_size"]) == (2600, 1200, 11, 256)

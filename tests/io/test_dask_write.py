@@ -243,3 +243,24 @@ def test_tasks_still_running_on_workers_at_an_error_store_nothing_after_it(sourc
         client.run(undo)
     time.sleep(0.6)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_everything_else_on_a_cluster(source, tmp_path, client, monkeypatch):
+    """obsm as a dask array and a dask layer: written by the workers into anndata.zarr, read back lazily there."""
+    from deltacells.io import _extras
+
+    adata = with_dask_x(source, (256, -1))
+    embedding = np.random.default_rng(0).random((N_CELLS, 6)).astype(np.float32)
+    adata.obsm["X_emb"] = da.from_array(embedding, chunks=(300, -1))
+    adata.layers["half"] = da.from_array(source.X.toarray().astype(np.float32) / 2, chunks=(300, -1))
+    adata.uns["params"] = {"k": 3}
+    out = tmp_path / "cells.deltacells"
+    deltacells.write_deltacells(adata, out, tile_size=TILE_SIZE, progress=False)
+    monkeypatch.setattr(_extras, "IN_MEMORY_BYTES", 1000)
+    got = deltacells.read_deltacells(out, chunks="tiles", cache_dir=tmp_path / "cache")
+    assert isinstance(got.obsm["X_emb"], da.Array) and isinstance(got.layers["half"], da.Array)
+    cells = np.array([5, 900, 300])
+    subset = got[cells]
+    np.testing.assert_array_equal(client.compute(subset.obsm["X_emb"]).result(), embedding[cells])
+    np.testing.assert_array_equal(client.compute(subset.layers["half"]).result(), source.X[cells].toarray() / 2)
+    assert got.uns["params"] == {"k": 3}

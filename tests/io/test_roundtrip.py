@@ -48,7 +48,8 @@ def _check_full(
     pd.testing.assert_frame_equal(restored.var, source_var, check_index_type=False)
     assert_obs_equal(restored.obs, source_obs)  # categories (unused ones too), their order and `ordered` kept
     # The default read gives back what was written, with no extra call (DECISIONS.md 13).
-    default = deltacells.read_deltacells(path, cache_dir=Path(got.uns["deltacells"]["cache_dir"]))
+    # extras=False: X is the tiles' matrix also where the counts came from a layer or raw (tests/io/test_extras.py)
+    default = deltacells.read_deltacells(path, cache_dir=Path(got.uns["deltacells"]["cache_dir"]), extras=False)
     assert default.uns["deltacells"]["columns"] == "original"
     assert_X_equal(default.X, src)
     assert_obs_equal(default.obs, source_obs)
@@ -215,7 +216,7 @@ def test_obs_from_anndata_generator(roundtrip, assert_obs_equal, assert_X_equal,
 
 @pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.rename is deprecated")  # anndata's gen_adata
 def test_gen_adata(roundtrip, assert_obs_equal, assert_X_equal, make_counts, monkeypatch):
-    """``anndata.tests.helpers.gen_adata`` with integer counts as X; everything else is reported as not written."""
+    """``anndata.tests.helpers.gen_adata`` with integer counts as X: obs, var and X here (the rest: test_extras)."""
     pytest.importorskip("dask", reason="gen_adata needs dask")
     from anndata.tests import helpers
 
@@ -230,8 +231,7 @@ def test_gen_adata(roundtrip, assert_obs_equal, assert_X_equal, make_counts, mon
         random_state=np.random.default_rng(0),
     )
     src.X = make_counts(80, 30, seed=2)
-    with pytest.warns(DeltaCellsWarning, match=r"not written: uns \(.*obsm \(.*layers \(array\)"):
-        got, path = roundtrip(src, tile_size=16)
+    got, path = roundtrip(src, tile_size=16)
     _check_full(got, path, src.X, src.obs, src.var, assert_X_equal, assert_obs_equal)
 
 
@@ -255,10 +255,6 @@ def test_obs_columns_on_write(roundtrip, small_adata, assert_obs_equal):
 # ---------------------------------------------------------------------- every kind of source
 
 
-#: The warning of a write from layer= or raw=True (X is not written, whatever else is listed before it).
-NOT_WRITTEN_X = r"not written: (.*; )?X\b"
-
-
 @dataclass
 class Case:
     """A source AnnData and what reading back must give (in the source's gene order)."""
@@ -268,7 +264,7 @@ class Case:
     obs: pd.DataFrame
     var: pd.DataFrame
     options: dict[str, Any]
-    warns: str | None = None
+    read: dict[str, Any] | None = None  # options of read_deltacells (extras=False: X is the tiles' matrix)
     cleanup: Callable[[], None] | None = None
 
 
@@ -345,7 +341,7 @@ def _layer(tmp: Path) -> Case:
     adata = base.copy()
     adata.layers["counts"] = base.X.copy()
     adata.X = sparse.csr_matrix(np.log1p(base.X.astype(np.float32)))  # not counts: must not be written
-    return Case(adata, base.X, base.obs, base.var, {"layer": "counts"}, warns=NOT_WRITTEN_X)
+    return Case(adata, base.X, base.obs, base.var, {"layer": "counts"}, read={"extras": False})
 
 
 def _raw(tmp: Path) -> Case:
@@ -354,7 +350,7 @@ def _raw(tmp: Path) -> Case:
     adata.raw = base  # raw keeps all 50 genes
     adata = adata[:, 5:25].copy()
     adata.X = adata.X.astype(np.float32) / 2  # not counts: must not be written
-    return Case(adata, base.X, base.obs, base.var, {"raw": True}, warns=NOT_WRITTEN_X)
+    return Case(adata, base.X, base.obs, base.var, {"raw": True}, read={"extras": False})
 
 
 def _raw_of_view(tmp: Path) -> Case:
@@ -363,7 +359,7 @@ def _raw_of_view(tmp: Path) -> Case:
     adata.raw = base
     rows = np.flatnonzero(base.obs["donor"] == "donor_1")
     view = adata[rows]
-    return Case(view, base.X[rows], pd.DataFrame(view.obs), base.var, {"raw": True}, warns=NOT_WRITTEN_X)
+    return Case(view, base.X[rows], pd.DataFrame(view.obs), base.var, {"raw": True}, read={"extras": False})
 
 
 def _deltacells_backed(tmp: Path) -> Case:
@@ -427,11 +423,7 @@ def test_sources(build, reorder, tmp_path, roundtrip, assert_X_equal, assert_obs
     case = build(tmp_path)
     try:
         options = {"tile_size": 64, **case.options, "reorder_genes": reorder}
-        if case.warns is not None:
-            with pytest.warns(DeltaCellsWarning, match=case.warns):
-                got, path = roundtrip(case.adata, **options)
-        else:
-            got, path = roundtrip(case.adata, **options)
+        got, path = roundtrip(case.adata, read=case.read, **options)
     finally:
         if case.cleanup is not None:
             case.cleanup()

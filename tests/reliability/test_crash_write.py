@@ -1,7 +1,8 @@
 """A converter SIGKILLed at random points never leaves a dataset that reads as complete.
 
 Each case forks a child that runs ``write_deltacells`` over synthetic data (small tiles, one obs shard per
-tile, zstd level 5: about a second of writing, half tiles, half obs shards), and kills it: from outside
+tile, zstd level 5, an embedding and an uns entry in ``anndata.zarr``: about a second of writing, half tiles,
+half obs shards), and kills it: from outside
 after a random delay, or from inside at a chosen I/O event (before or after the n-th tile or shard, halfway
 through writing a file, just before the manifest is renamed into place, while an old dataset is being
 cleared). Then:
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from reliability_lib import convert_and_maybe_die, join_all, snapshot
 
@@ -50,6 +52,8 @@ TILE_NAME, SHARD_NAME = r"tiles/tile_\d{6}\.dct", r"obs/obs_\d{4}\.parquet"
 PLANS: dict[str, dict[str, Any]] = {
     **{f"random-time-{i}": {"at": _rng.uniform(0.05, 0.85)} for i in range(4)},
     "before-a-tile": {"hook": "before_write", "match": TILE_NAME, "nth": _rng.randint(1, N_TILES)},
+    # anndata.zarr (written by zarr, not through deltacells' store) is complete, no tile is written yet
+    "extras-written-before-the-first-tile": {"hook": "before_write", "match": TILE_NAME, "nth": 1},
     "torn-tile": {"hook": "partial_write", "match": TILE_NAME, "nth": _rng.randint(1, N_TILES)},
     "after-an-obs-shard": {"hook": "after_write", "match": SHARD_NAME, "nth": _rng.randint(1, N_TILES - 1)},
     "after-the-last-obs-shard": {"hook": "after_write", "match": SHARD_NAME, "nth": N_TILES},
@@ -68,6 +72,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, ctx: Any) -> dict[str, Any]:
     """The source (pickled for the children), a complete reference dataset, and the duration of a slow write."""
     base = tmp_path_factory.mktemp("crash")
     adata = synthetic_counts(N_CELLS, N_GENES, seed=3)
+    adata.obsm["X_emb"] = np.random.default_rng(0).random((N_CELLS, 4)).astype(np.float32)  # anndata.zarr too
+    adata.uns["note"] = "kept"
     source = base / "source.pkl"
     source.write_bytes(pickle.dumps(adata))
     reference = base / "reference"

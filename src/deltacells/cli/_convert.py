@@ -55,6 +55,11 @@ if TYPE_CHECKING:
 )
 @click.option("--no-obs", is_flag=True, help="Store no obs column (only the cell names).")
 @click.option(
+    "--no-extras",
+    is_flag=True,
+    help="Store the counts, obs and var only (by default obsm, varm, obsp, varp, uns, other layers and raw too).",
+)
+@click.option(
     "--max-categories",
     type=click.IntRange(min=0),
     default=20_000,
@@ -87,6 +92,7 @@ def convert(
     no_reorder_genes: bool,
     obs_columns: tuple[str, ...],
     no_obs: bool,
+    no_extras: bool,
     max_categories: int,
     obs_tiles_per_file: int,
     overwrite: bool,
@@ -97,9 +103,10 @@ def convert(
 ) -> None:
     """Convert IN (h5ad, zarr, 10x h5, 10x mtx directory, loom or deltacells) to a dataset at OUT.
 
-    h5ad is read backed (streamed, never loaded whole), zarr lazily; 10x and loom files are read with
-    scanpy / anndata. OUT is a directory or an fsspec URL. A summary (sizes, bytes per nonzero, ratio to
-    the input, time) is printed at the end.
+    h5ad is read backed (X streamed, never loaded whole), zarr lazily; 10x and loom files are read with
+    scanpy / anndata. Everything else the input holds (obsm, varm, obsp, varp, uns, other layers, raw) is
+    stored beside the tiles, unless --no-extras. OUT is a directory or an fsspec URL. A summary (sizes,
+    bytes per nonzero, ratio to the input, time) is printed at the end.
     """
     import tempfile
 
@@ -142,6 +149,7 @@ def convert(
                 progress=not quiet,
                 storage_options=options,
                 io_concurrency=io_concurrency,
+                extras=not no_extras,
             )
     except CLIError:
         raise

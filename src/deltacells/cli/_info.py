@@ -44,6 +44,10 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
         * ``obs``: null, or ``{"n_shards", "tiles_per_file", "fingerprint", "has_index", "columns":
           [{"name", "kind", "arrow_type", "n_categories", "ordered"}]}`` (``_index``, the cell names, excluded;
           ``n_categories`` is null except for kind ``category``);
+        * ``anndata``: null, or what ``anndata.zarr`` holds (the AnnData's other elements, DECISIONS.md 15):
+          ``{"counts", "elements": [{"path", "shape", "bytes"}]}``, ``counts`` saying where the tiles' matrix
+          was (``"X"``, ``"raw"``, ``"layers/<name>"``), ``bytes`` an element's uncompressed size (its metadata
+          only is read);
         * ``metadata``: the manifest's free-form metadata.
     """
     from deltacells.dataset import open_dataset, sidecar_bytes
@@ -78,8 +82,26 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
         "has_obs": m.has_obs,
         "var": _var_info(dataset),
         "obs": _obs_info(dataset),
+        "anndata": _extras_info(dataset),
         "metadata": m.metadata,
     }
+
+
+def _extras_info(dataset: Dataset) -> dict[str, Any] | None:
+    from deltacells.format import extras_of, first_problem_raises
+
+    extras = first_problem_raises(extras_of(dataset.manifest.metadata), dataset.store.url)
+    if extras is None:
+        return None
+    from deltacells.io._extras import open_extras, stored_bytes, stored_shape
+
+    group = open_extras(dataset.store, extras)
+    elements = []
+    for path in extras.elements:
+        element = group[path]
+        shape = stored_shape(element)
+        elements.append({"path": path, "shape": None if shape is None else list(shape), "bytes": stored_bytes(element)})
+    return {"counts": extras.counts, "elements": elements}
 
 
 def _var_info(dataset: Dataset) -> dict[str, Any] | None:
@@ -134,8 +156,8 @@ def info(path: str, as_json: bool, storage_options: str | None) -> None:
     Only the manifest and the small files are read: no tile is decoded and no obs column is fetched.
     With --json, one JSON object with the keys info_version, path, format, version, n_cells, n_genes,
     n_tiles, tile_size, n_chunks, zstd_level, nnz, density, tile_bytes, obs_bytes, other_bytes,
-    total_bytes, bytes_per_nonzero, has_gene_order, has_var_names, has_var_table, has_obs, var, obs and
-    metadata (see deltacells.cli.dataset_info).
+    total_bytes, bytes_per_nonzero, has_gene_order, has_var_names, has_var_table, has_obs, var, obs,
+    anndata and metadata (see deltacells.cli.dataset_info).
     """
     _require_local_exists(path)
     doc = dataset_info(path, storage_options=parse_storage_options(storage_options))
@@ -243,5 +265,16 @@ def _info_lines(doc: dict[str, Any]) -> list[str]:
             elif c["kind"] == "numeric":
                 what += f", {c['arrow_type']}"
             lines.append(f"                {c['name']:<{width}}  {what}")
+    extras = doc["anndata"]
+    if extras is not None:
+        total = sum(e["bytes"] for e in extras["elements"])
+        lines.append(
+            f"  anndata     {plural(len(extras['elements']), 'element')} in anndata.zarr ({format_size(total)} "
+            f"uncompressed); the tiles hold {extras['counts']}"
+        )
+        width = max((len(e["path"]) for e in extras["elements"]), default=0)
+        for e in extras["elements"]:
+            shape = " x ".join(f"{n:,}" for n in e["shape"]) if e["shape"] else ""
+            lines.append(f"                {e['path']:<{width}}  {shape}")
     lines.append(f"  metadata    {json.dumps(doc['metadata'])}")
     return lines

@@ -17,6 +17,7 @@ module                 rules of
 ``_sidecars``          ``gene_order.npy``, ``var_names.txt``, ``var.parquet``
 ``_tiles``             a tile against the manifest
 ``_shards``            an obs shard against the manifest and the schema
+``_extras``            ``anndata.zarr``'s entry in the manifest's metadata (the AnnData's other elements)
 =====================  =========================================================================
 """
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from deltacells.format._extras import EXTRAS_FORMAT, MAPPINGS, WHOLE, Extras, check_extras, extras_of
     from deltacells.format._fingerprint import obs_fingerprint
     from deltacells.format._listing import check_flags, check_stray_objects, missing_promised
     from deltacells.format._manifest import (
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     )
     from deltacells.format._names import (
         DATASET_ENTRIES,
+        EXTRAS_NAME,
         GENE_ORDER_NAME,
         MANIFEST_NAME,
         OBS_DIR,
@@ -93,6 +96,13 @@ _LAZY = {
     "check_manifest": "deltacells.format._manifest",
     "check_manifest_text": "deltacells.format._manifest",
     "DATASET_ENTRIES": "deltacells.format._names",
+    "EXTRAS_NAME": "deltacells.format._names",
+    "EXTRAS_FORMAT": "deltacells.format._extras",
+    "MAPPINGS": "deltacells.format._extras",
+    "WHOLE": "deltacells.format._extras",
+    "Extras": "deltacells.format._extras",
+    "check_extras": "deltacells.format._extras",
+    "extras_of": "deltacells.format._extras",
     "GENE_ORDER_NAME": "deltacells.format._names",
     "MANIFEST_NAME": "deltacells.format._names",
     "OBS_DIR": "deltacells.format._names",
@@ -139,6 +149,8 @@ _LAZY = {
 __all__ = [
     "CATEGORY_ARROW_TYPES",
     "DATASET_ENTRIES",
+    "EXTRAS_FORMAT",
+    "EXTRAS_NAME",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "GENE_ORDER_DTYPE",
@@ -158,13 +170,17 @@ __all__ = [
     "VAR_NAMES_NAME",
     "VAR_TABLE_NAME",
     "Checker",
+    "Extras",
+    "MAPPINGS",
     "Manifest",
     "ManifestFields",
     "ObsColumn",
     "ObsSchema",
     "Problem",
     "arrow_type",
+    "WHOLE",
     "check_codes",
+    "check_extras",
     "check_fingerprint",
     "check_flags",
     "missing_promised",
@@ -181,6 +197,7 @@ __all__ = [
     "check_var_table",
     "collect",
     "decode_checked_tile",
+    "extras_of",
     "first_problem_raises",
     "missing_tile",
     "obs_fingerprint",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 __all__ = [
     "DATASET_ENTRIES",
+    "EXTRAS_NAME",
     "GENE_ORDER_NAME",
     "INDEX_COLUMN",
     "MANIFEST_NAME",
@@ -30,6 +31,9 @@ VAR_NAMES_NAME = "var_names.txt"
 VAR_TABLE_NAME = "var.parquet"
 OBS_SCHEMA_NAME = f"{OBS_DIR}/schema.json"
 
+#: The zarr group of the AnnData's other elements (DECISIONS.md 15), which the manifest's metadata names.
+EXTRAS_NAME = "anndata.zarr"
+
 #: The optional files of a dataset, each with the manifest flag that says whether it exists.
 SIDECAR_FLAGS = {
     GENE_ORDER_NAME: "has_gene_order",
@@ -42,7 +46,7 @@ SIDECAR_FLAGS = {
 SIDECAR_NAMES = (MANIFEST_NAME, *SIDECAR_FLAGS)
 
 #: The entries of a dataset root that a writer owns (and replaces on overwrite), the manifest first.
-DATASET_ENTRIES = (MANIFEST_NAME, TILES_DIR, OBS_DIR, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME)
+DATASET_ENTRIES = (MANIFEST_NAME, TILES_DIR, OBS_DIR, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, EXTRAS_NAME)
 
 #: The obs column that holds the cell names (DECISIONS.md 2: anndata's name for the index in h5ad).
 INDEX_COLUMN = "_index"

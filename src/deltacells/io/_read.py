@@ -13,6 +13,7 @@ import pandas as pd
 from deltacells.dataset import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.io._anndata_hooks import register_anndata_io
+from deltacells.io._assemble import anndata_parts, counts_location, counts_of
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._names import default_names
@@ -47,6 +48,7 @@ def read_deltacells(
     io_concurrency: int | None = None,
     lazy_obs: bool | None = None,
     chunks: Literal["tiles"] | int | None = None,
+    extras: bool = True,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -106,12 +108,20 @@ def read_deltacells(
         (never less than one). Blocks are CSR, as ``TiledCSRDataset.to_memory()`` gives them, and their tasks
         pickle to the dataset's URL and options, so dask.distributed workers read the tiles themselves. Needs
         ``dask[array]``. Same as ``X.to_dask(chunks)`` on the lazy ``X``.
+    extras
+        Give back the rest of the AnnData the dataset was written from (``anndata.zarr``, DECISIONS.md 15):
+        obsm, varm, obsp, varp, uns, layers and raw, and the tiles' matrix where it was (X, a layer or raw.X).
+        ``uns`` and elements of up to 64 MiB are read into memory, larger ones lazily as dask arrays (their
+        rows are read when a subset is brought into memory). ``False``: X is the tiles' matrix, with obs and
+        var only.
 
     Returns
     -------
     anndata.AnnData
-        ``X`` is a :class:`~deltacells.TiledCSRDataset` (a :class:`dask.array.Array` with ``chunks=``);
-        ``uns["deltacells"]`` holds the manifest's settings and metadata, and the gene order when there is one.
+        The tiles' matrix is a :class:`~deltacells.TiledCSRDataset` (a :class:`dask.array.Array` with
+        ``chunks=``), in ``X`` unless the AnnData written held its counts in a layer or raw;
+        ``uns["deltacells"]`` holds the manifest's settings and metadata, the gene order when there is one, and
+        where the tiles' matrix is (``"counts"``: ``"X"``, ``"raw"`` or ``"layers/<name>"``).
 
     Examples
     --------
@@ -138,14 +148,18 @@ def read_deltacells(
     if chunks is not None:
         X = X.to_dask(chunks)
     var = _in_column_order(read_var(dataset), dataset)
+    parts, raw = anndata_parts(dataset, X, var, extras=extras)
     if _use_lazy_obs(lazy_obs, dataset.n_cells):
         obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
         with ad.settings.override(check_uniqueness=False):  # the index is a RangeIndex: unique by construction
-            adata = ad.AnnData(X=X, obs=obs, var=var)
+            adata = ad.AnnData(obs=obs, **parts)
     else:
         obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
-        adata = ad.AnnData(X=X, obs=obs, var=var)
+        adata = ad.AnnData(obs=obs, **parts)
+    if raw is not None:
+        adata.raw = raw
     adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)
+    adata.uns[UNS_KEY]["counts"] = counts_location(dataset, extras=extras)
     return adata
 
 
@@ -183,7 +197,7 @@ def read_obs(
         dataset = _dataset_of(adata)
         entry = adata.uns.get(UNS_KEY, {})
         cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
-        if not isinstance(view_parts(adata)[0].X, TiledCSRDataset):
+        if not isinstance(counts_of(view_parts(adata)[0]), TiledCSRDataset):
             _check_all_cells(view_parts(adata)[0], dataset, cache_dir=cache_dir, verify=verify)
         frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
         if not isinstance(view_parts(adata)[0].obs, pd.DataFrame):  # a lazy obs: add the columns lazily
@@ -244,32 +258,84 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
     if "gene_order" not in entry or entry.get("columns") == "original":
         return adata  # nothing to restore
     gene_order = np.asarray(entry["gene_order"])
-    if gene_order.shape != (adata.n_vars,):
+    location = entry.get("counts", "X")  # where read_deltacells put the tiles' matrix
+    in_raw = location == "raw" and adata.raw is not None  # the tiles hold raw's genes
+    if gene_order.shape != ((adata.raw.n_vars if in_raw else adata.n_vars),):
         msg = "uns['deltacells']['gene_order'] does not match the genes of this AnnData (was it subset by genes?)"
         raise InvalidValueError(msg)
     columns = np.argsort(gene_order)
     uns = {**adata.uns, UNS_KEY: {**entry, "columns": "original"}}
-    if isinstance(adata.X, TiledCSRDataset) and not adata.is_view:
-        X = TiledCSRDataset(adata.X.dataset.with_gene_order("original"), adata.X.dtype)
-        return ad.AnnData(X=X, obs=adata.obs.copy(), var=adata.var.iloc[columns].copy(), uns=uns)
-    restored = adata[:, columns].copy()  # in memory (or a view): reorder what is there
+    counts = None if adata.is_view else _matrix_at(adata, location)
+    if isinstance(counts, TiledCSRDataset):
+        return _restored_lazily(adata, counts, columns, uns, in_raw=in_raw)
+    if in_raw:  # in memory: only raw follows the tiles' genes
+        restored = adata.copy()
+        restored.raw = ad.AnnData(X=adata.raw.X[:, columns], var=adata.raw.var.iloc[columns])
+    else:  # in memory (or a view): reorder what is there
+        restored = adata[:, columns].copy()
     restored.obs = adata.obs.copy()  # a view drops unused categories; keep them as written
     restored.uns[UNS_KEY] = uns[UNS_KEY]
     return restored
+
+
+def _matrix_at(adata: ad.AnnData, location: str) -> Any:
+    """The matrix at ``"X"``, ``"raw"`` or ``"layers/<name>"`` of an AnnData (``None`` where there is none)."""
+    if location == "raw":
+        return None if adata.raw is None else adata.raw.X
+    if location.startswith("layers/"):
+        return adata.layers.get(location.removeprefix("layers/"))
+    return adata.X
+
+
+def _restored_lazily(
+    adata: ad.AnnData, counts: TiledCSRDataset, columns: np.ndarray, uns: dict[str, Any], *, in_raw: bool
+) -> ad.AnnData:
+    """A new lazy AnnData: the tiles' matrix mapping its columns back, the genes' elements reordered to match."""
+    import anndata as ad
+
+    restored = TiledCSRDataset(counts.dataset.with_gene_order("original"), counts.dtype)
+
+    def genes(value: Any) -> Any:  # an element whose columns are the tiles' genes
+        return restored if value is counts else value[:, columns]
+
+    if in_raw:  # only raw follows the tiles' genes; X, var and the rest keep the AnnData's own
+        reordered = ad.AnnData(
+            X=adata.X,
+            obs=adata.obs.copy(),
+            var=adata.var,
+            uns=uns,
+            obsm=dict(adata.obsm),
+            obsp=dict(adata.obsp),
+            varm=dict(adata.varm),
+            varp=dict(adata.varp),
+            layers={key: value for key, value in adata.layers.items() if key is not None},
+        )
+        reordered.raw = ad.AnnData(X=restored, var=adata.raw.var.iloc[columns])
+        return reordered
+    restored_adata = ad.AnnData(
+        X=None if adata.X is None else genes(adata.X),
+        obs=adata.obs.copy(),
+        var=adata.var.iloc[columns].copy(),
+        uns=uns,
+        obsm=dict(adata.obsm),
+        obsp=dict(adata.obsp),
+        varm={key: value[columns] for key, value in adata.varm.items()},
+        varp={key: value[columns][:, columns] for key, value in adata.varp.items()},
+        layers={key: genes(value) for key, value in adata.layers.items() if key is not None},
+    )
+    if adata.raw is not None:  # its own genes: unchanged
+        restored_adata.raw = adata.raw.to_adata()
+    return restored_adata
 
 
 # ---------------------------------------------------------------------- internals
 
 
 def _dataset_of(adata: ad.AnnData) -> Dataset:
-    X = view_parts(adata)[0].X
-    if isinstance(X, TiledCSRDataset):
-        return X.dataset
-    source = source_of(X)  # read with chunks=: X is a dask array of the dataset's blocks
-    if source is None:
-        msg = "this AnnData was not read with deltacells.read_deltacells (its X is not a TiledCSRDataset)"
-        raise InvalidTypeError(msg)
-    return dataset_for(source)
+    counts = counts_of(view_parts(adata)[0])  # in X, or in a layer or raw when the AnnData written had them there
+    if isinstance(counts, TiledCSRDataset):
+        return counts.dataset
+    return dataset_for(source_of(counts))  # read with chunks=: a dask array of the dataset's blocks
 
 
 def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, verify: bool) -> None:

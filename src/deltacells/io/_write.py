@@ -14,6 +14,7 @@ from deltacells.dataset import DatasetWriter
 from deltacells.dataset._output import check_output
 from deltacells.errors import InvalidTypeError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
+from deltacells.io._extras import collect_extras, write_extras
 from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
 from deltacells.storage import open_store
 from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE
@@ -44,8 +45,9 @@ def write_deltacells(
     progress: bool = True,
     storage_options: dict[str, Any] | None = None,
     io_concurrency: int | None = None,
+    extras: bool = True,
 ) -> None:
-    """Write an AnnData's raw counts as a deltacells dataset.
+    """Write an AnnData's raw counts as a deltacells dataset, with everything else the AnnData holds.
 
     Works for any AnnData: in memory (CSR, CSC, dense), backed h5ad (``backed="r"``),
     zarr, dask-backed, views, and datasets read with :func:`read_deltacells`. The matrix
@@ -100,6 +102,11 @@ def write_deltacells(
     io_concurrency
         The most uploads in flight at once (default: 32 on object storage and other remote filesystems,
         8 on a local disk).
+    extras
+        Also store every other element of the AnnData (obsm, varm, obsp, varp, uns, the layers not written to
+        the tiles, raw, and X when the counts come from ``layer=`` or ``raw=True``) with anndata's own element
+        writer, in the zarr group ``anndata.zarr`` beside the tiles (DECISIONS.md 15), so that
+        :func:`read_deltacells` gives the whole AnnData back. ``False`` stores the counts, obs and var only.
 
     Raises
     ------
@@ -109,6 +116,8 @@ def write_deltacells(
         format cannot hold, naming the column, or an unknown ``level``; no dataset is left behind.
     FileExistsError
         If ``path`` holds a dataset and ``overwrite`` is false.
+    TypeError
+        For an element anndata's writer cannot store (naming it), before any tile is written.
     """
     level = resolve_level(level)
     source = matrix_source(adata, layer=layer, raw=raw)
@@ -117,7 +126,7 @@ def write_deltacells(
     var = _in_memory(ref.raw.var if raw else ref.var).iloc[source.cols].copy()
     store = open_store(path, storage_options, io_concurrency=io_concurrency)
     check_output(store, overwrite=overwrite)
-    _warn_dropped(adata, layer=layer, raw=raw)
+    counts, elements = collect_extras(adata, layer=layer, raw=raw) if extras else ("X", {})
     if not var.index.is_unique:
         warn(
             "var_names are not unique; they are written as they are (read_deltacells gives them back in the "
@@ -154,6 +163,9 @@ def write_deltacells(
             threads=threads,
         )
         with writer:
+            if elements:  # before any tile: an element anndata cannot write fails the conversion now
+                stored = write_extras(writer.tile_store, counts, elements)
+                writer.metadata = _with_extras(writer.metadata, stored.to_dict())
             if on_dask:  # the tasks store the tiles; the manifest is written here, last
                 tiles = store_dask_tiles(
                     matrix, writer.tile_store, tile_size=writer.tile_size, n_chunks=writer.n_chunks,
@@ -248,28 +260,12 @@ def _in_memory(frame: Any) -> pd.DataFrame:
     return frame if isinstance(frame, pd.DataFrame) or not hasattr(frame, "to_memory") else frame.to_memory()
 
 
-def _warn_dropped(adata: ad.AnnData, *, layer: str | None, raw: bool) -> None:
-    """Name what the format does not carry, rather than dropping it silently."""
-    dropped = []
-    uns_keys = [str(k) for k in adata.uns if k != "deltacells"]
-    if uns_keys:
-        dropped.append(f"uns ({', '.join(uns_keys[:5])}{', ...' if len(uns_keys) > 5 else ''})")
-    for attr in ("obsm", "varm", "obsp", "varp"):
-        keys = list(getattr(adata, attr).keys())
-        if keys:
-            dropped.append(f"{attr} ({', '.join(map(str, keys))})")
-    written_layer = layer if not raw else None
-    other_layers = [k for k in adata.layers if k is not None and k != written_layer]  # anndata 0.13 lists X as None
-    if other_layers:
-        dropped.append(f"layers ({', '.join(map(str, other_layers))})")
-    if layer is not None:
-        dropped.append("X")
-    if adata.raw is not None and not raw:
-        dropped.append("raw")
-    if raw:
-        dropped.append("X")
-    if dropped:
-        warn(f"deltacells stores one count matrix with obs and var; not written: {'; '.join(dropped)}")
+def _with_extras(metadata: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's metadata with ``anndata.zarr``'s entry in ``metadata["deltacells"]["anndata"]``."""
+    metadata = dict(metadata or {})
+    ours = metadata.get("deltacells")
+    metadata["deltacells"] = {**(ours if isinstance(ours, dict) else {}), "anndata": entry}
+    return metadata
 
 
 def _progress_bar(total: int, *, enabled: bool) -> Any:

@@ -118,19 +118,22 @@ def resolve_source(
 def _from_anndata(adata: ad.AnnData) -> tuple[Dataset, Any, np.ndarray | None, dict[str, Any]]:
     """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows and genes."""
     from deltacells.io import TiledCSRDataset
+    from deltacells.io._assemble import counts_of
     from deltacells.io._read import UNS_KEY
-    from deltacells.io._read import _dataset_of as dataset_of
     from deltacells.io._sources import view_parts
 
     ref, rows, cols = view_parts(adata)
-    if not isinstance(ref.X, TiledCSRDataset):
+    counts = counts_of(ref)  # X, or the layer or raw.X the counts were written from
+    if not isinstance(counts, TiledCSRDataset):
         msg = (
-            "a CellLoader reads an AnnData from read_deltacells with its lazy X (chunks=None); this one's X is "
-            f"a {type(ref.X).__name__}: pass the dataset's path instead"
+            "a CellLoader reads an AnnData from read_deltacells with its lazy X (chunks=None); this one's counts are "
+            f"a {type(counts).__name__}: pass the dataset's path instead"
         )
         raise InvalidTypeError(msg)
-    dataset = dataset_of(ref)
+    dataset = counts.dataset
     genes = None
+    if ref.raw is not None and counts is ref.raw.X:
+        cols = slice(None)  # a view selects genes of X, not of raw
     if not (isinstance(cols, slice) and cols == slice(None)):
         genes = np.arange(ref.n_vars)[cols]
         if np.array_equal(genes, np.arange(ref.n_vars)):

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltacells.errors import MissingObjectError
 
@@ -62,6 +62,17 @@ class BaseStore(abc.ABC):
         return f"{type(self).__name__}({self.url!r})"
 
     # ------------------------------------------------------------------------------------------ reads
+
+    def fsspec_location(self, path: str) -> tuple[str, dict[str, Any]]:
+        """The fsspec URL of ``path`` and the options that open it, for libraries that open it themselves (zarr).
+
+        Raises
+        ------
+        NotImplementedError
+            For a store that is not an fsspec location (a test double, say).
+        """
+        msg = f"{type(self).__name__} gives no fsspec URL for {path!r}"
+        raise NotImplementedError(msg)
 
     @abc.abstractmethod
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:

@@ -373,6 +373,31 @@ class FsspecStore(BaseStore):
         """Full path of ``name`` inside :attr:`fs` (what fsspec calls it)."""
         return self._full(name)
 
+    def fsspec_location(self, path: str) -> tuple[str, dict[str, Any]]:
+        """The URL of ``path`` and this store's options, for a library that reads it itself (zarr).
+
+        With deltacells' default timeouts; on s3, botocore's own retries are kept (deltacells' retry policy
+        does not wrap the library's reads) and an object is read in one GET (s3fs's ``max_concurrency=1``:
+        otherwise it asks the object's size first, a HEAD per object).
+        """
+        protocol = fsspec.utils.get_protocol(self.url)
+        options = with_default_timeouts(protocol, self.storage_options)
+        if protocol in ("s3", "s3a"):
+            if "retries" not in dict(self.storage_options.get("config_kwargs") or {}):
+                options["config_kwargs"].pop("retries", None)
+            if "max_concurrency" in _s3fs_options():
+                options.setdefault("max_concurrency", 1)
+        return f"{self.url.rstrip('/')}/{path}", options
+
+
+def _s3fs_options() -> frozenset[str]:
+    """The keyword arguments of s3fs's filesystem (``max_concurrency`` came with s3fs 2024.3)."""
+    import inspect
+
+    from s3fs import S3FileSystem
+
+    return frozenset(inspect.signature(S3FileSystem.__init__).parameters)
+
 
 def _rebuild(
     cls: type[FsspecStore],

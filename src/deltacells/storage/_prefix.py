@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from deltacells.storage._base import BaseStore, ByteRequest
 
@@ -94,3 +95,7 @@ class PrefixStore(BaseStore):
     def local_path(self, path: str) -> str | None:
         """The filesystem path of ``path`` when the inner store is local, else None."""
         return self.store.local_path(self._inner(path))
+
+    def fsspec_location(self, path: str) -> tuple[str, dict[str, Any]]:
+        """The inner store's location of ``path`` under the prefix."""
+        return self.store.fsspec_location(self._inner(path))

@@ -20,7 +20,7 @@ class ValidationReport:
         The dataset checked (as given).
     problems
         Every problem found, in the order of the checks: manifest, files present (flags, stray tiles and
-        shards), sidecar contents, tiles (in tile order), obs.
+        shards), sidecar contents, tiles (in tile order), obs, ``anndata.zarr``.
     n_tiles
         Tiles the manifest lists (0 when it cannot be read).
     n_shards

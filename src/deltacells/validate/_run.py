@@ -7,6 +7,7 @@ from typing import Any
 
 from deltacells.format import MANIFEST_NAME
 from deltacells.storage import open_store
+from deltacells.validate._extras import check_extras
 from deltacells.validate._files import check_files
 from deltacells.validate._manifest import check_manifest
 from deltacells.validate._obs import check_obs
@@ -69,5 +70,6 @@ def validate_dataset(
         n_threads = default_threads() if threads is None else max(1, int(threads))
         check_tiles(store, fields, found, report, threads=n_threads, progress=progress)
         check_obs(store, fields, found, report, progress=progress)
+        check_extras(store, fields, found)
     report.problems = found.problems
     return report

@@ -1,0 +1,111 @@
+"""The rest of an AnnData beside the tiles (DECISIONS.md 15): ``anndata.zarr`` and its entry in the manifest.
+
+The tiles hold one count matrix, obs and var sit in their own files; every other element of the AnnData a
+dataset was written from (obsm, varm, obsp, varp, uns, the layers not in the tiles, raw, and X when the
+counts came from a layer or raw) is written with anndata's element writer into the zarr group
+``anndata.zarr`` at the root, before the manifest. The manifest's free-form ``metadata`` names it, so that a
+reader that knows only FORMAT.md ignores it::
+
+    "metadata": {"deltacells": {"anndata": {
+        "zarr_format": 2,
+        "counts": "layers/counts",
+        "elements": ["X", "layers/log1p", "obsm/X_pca", "obsp/connectivities", "raw", "uns", "varm/PCs"]
+    }}}
+
+``counts`` says where the tiles' matrix was in the AnnData (``"X"``, ``"raw"`` or ``"layers/<name>"``), and
+``elements`` the paths written in the group: ``X``, ``var`` (the AnnData's own var, when the tiles hold raw's
+genes), ``raw`` and ``uns`` whole, and ``<mapping>/<key>`` for each key of obsm, varm, obsp, varp and layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deltacells.format._names import MANIFEST_NAME
+from deltacells.format._problems import Checker, Problem
+
+__all__ = ["EXTRAS_FORMAT", "MAPPINGS", "WHOLE", "Extras", "check_extras", "extras_of"]
+
+#: The zarr format of ``anndata.zarr``: 2, whose consolidated metadata (``.zmetadata``) opens the group in one read.
+EXTRAS_FORMAT = 2
+
+#: The AnnData mappings whose keys are elements of their own (``obsm/X_pca``).
+MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
+
+#: The elements written whole.
+WHOLE = ("X", "var", "raw", "uns")
+
+_WHERE = f"{MANIFEST_NAME} field metadata.deltacells.anndata"
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What ``anndata.zarr`` holds, as the manifest says.
+
+    Attributes
+    ----------
+    counts
+        Where the tiles' matrix was in the AnnData: ``"X"``, ``"raw"`` or ``"layers/<name>"``.
+    elements
+        The paths of the elements written in the group.
+    zarr_format
+        The group's zarr format.
+    """
+
+    counts: str
+    elements: tuple[str, ...]
+    zarr_format: int = EXTRAS_FORMAT
+
+    @property
+    def counts_layer(self) -> str | None:
+        """The layer the tiles' matrix came from, or ``None``."""
+        return self.counts.partition("/")[2] if self.counts.startswith("layers/") else None
+
+    def keys(self, mapping: str) -> list[str]:
+        """The keys of ``mapping`` (``"obsm"``...) that were written, in order."""
+        return [path.partition("/")[2] for path in self.elements if path.partition("/")[0] == mapping and "/" in path]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's entry (``metadata["deltacells"]["anndata"]``)."""
+        return {"zarr_format": self.zarr_format, "counts": self.counts, "elements": list(self.elements)}
+
+
+def extras_of(metadata: Any) -> Checker[Extras | None]:
+    """The :class:`Extras` a manifest's ``metadata`` names, ``None`` when it names none; problems if malformed."""
+    entry = metadata.get("deltacells", {}) if isinstance(metadata, dict) else {}
+    entry = entry.get("anndata") if isinstance(entry, dict) else None
+    if entry is None:
+        return None
+    extras = yield from check_extras(entry)
+    return extras
+
+
+def check_extras(entry: Any) -> Checker[Extras | None]:
+    """The manifest's entry for ``anndata.zarr``: its zarr format, where the counts were, the element paths."""
+    if not isinstance(entry, dict):
+        yield Problem(MANIFEST_NAME, f"{_WHERE} is not a JSON object")
+        return None
+    zarr_format, counts, elements = entry.get("zarr_format"), entry.get("counts"), entry.get("elements")
+    if zarr_format != EXTRAS_FORMAT:
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.zarr_format is {zarr_format!r}; this reader knows {EXTRAS_FORMAT}")
+        return None
+    if not isinstance(counts, str) or not (counts in ("X", "raw") or _is_mapping_path(counts, ("layers",))):
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.counts is {counts!r}, not 'X', 'raw' or 'layers/<name>'")
+        return None
+    if not isinstance(elements, list) or not all(isinstance(e, str) for e in elements):
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.elements is not a list of element paths")
+        return None
+    bad = [e for e in elements if e not in WHOLE and not _is_mapping_path(e, MAPPINGS)]
+    if bad:
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.elements has paths that are no AnnData element: {bad[:5]}")
+        return None
+    if counts in elements or len(set(elements)) != len(elements):
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.elements lists the tiles' matrix {counts!r} or a path twice")
+        return None
+    return Extras(counts=counts, elements=tuple(elements), zarr_format=zarr_format)
+
+
+def _is_mapping_path(path: str, mappings: tuple[str, ...]) -> bool:
+    mapping, _, key = path.partition("/")
+    return mapping in mappings and key != "" and "/" not in key

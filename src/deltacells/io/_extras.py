@@ -1,0 +1,222 @@
+"""The AnnData's other elements, beside the tiles: written with anndata's element writer, read back lazily.
+
+``write_deltacells`` stores the count matrix in the tiles, obs and var in their files, and every other
+element (obsm, varm, obsp, varp, uns, the other layers, raw, and X when the counts came from a layer or raw)
+in the zarr group ``anndata.zarr`` (DECISIONS.md 15; the layout is :mod:`deltacells.format._extras`'s). The
+group's metadata is consolidated, so that opening it is one read, on a disk or in a bucket.
+
+``read_deltacells`` reads ``uns`` and every element of at most :data:`IN_MEMORY_BYTES` into memory, and the
+larger ones lazily with anndata's lazy reader (dask arrays, chunked along the cells): an atlas with a 100M x 50
+embedding opens in constant time and memory, and ``adata[cells].to_memory()`` reads the rows of those cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from deltacells.errors import InvalidTypeError, warn
+from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, Extras
+from deltacells.storage import zarr_store
+
+if TYPE_CHECKING:
+    import anndata as ad
+    import numpy as np
+
+    from deltacells.storage import BaseStore
+
+__all__ = ["IN_MEMORY_BYTES", "collect_extras", "open_extras", "read_extras", "stored_shape", "write_extras"]
+
+#: Elements stored in more bytes than this (uncompressed) are read lazily (dask arrays), the others into memory.
+IN_MEMORY_BYTES = 64 * 2**20
+
+#: The key of ``uns`` where ``read_deltacells`` describes the dataset; not an element of the AnnData written.
+UNS_KEY = "deltacells"
+
+
+def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[str, dict[str, Any]]:
+    """Where the counts are (``"X"``, ``"raw"``, ``"layers/<name>"``) and every other element, by path.
+
+    obs and var go to the dataset's own files (var: raw's when the counts are raw's, and then the AnnData's own
+    var is an element); lazy data frames (``read_lazy``'s) are brought into memory.
+    """
+    counts = "raw" if raw else (f"layers/{layer}" if layer is not None else "X")
+    elements: dict[str, Any] = {}
+    if counts != "X" and adata.X is not None:
+        elements["X"] = adata.X
+    if raw:
+        elements["var"] = _in_memory(adata.var)
+    elif adata.raw is not None:
+        elements["raw"] = _raw_in_memory(adata)
+    for mapping in MAPPINGS:
+        for key, value in getattr(adata, mapping).items():
+            if key is None or f"{mapping}/{key}" == counts:  # anndata 0.13 lists X among the layers, as None
+                continue
+            elements[f"{mapping}/{key}"] = _in_memory(value)
+    uns = {key: value for key, value in adata.uns.items() if key != UNS_KEY}
+    if uns:
+        elements["uns"] = uns
+    return counts, elements
+
+
+def write_extras(store: BaseStore, counts: str, elements: Mapping[str, Any]) -> Extras:
+    """Write ``elements`` with anndata's element writer into ``anndata.zarr`` in ``store``; consolidate its metadata.
+
+    Raises
+    ------
+    InvalidTypeError
+        For an element anndata cannot write, naming it (what was written is left for the caller to remove).
+    """
+    import anndata as ad
+    import zarr
+
+    location = zarr_store(store, EXTRAS_NAME, read_only=False)
+    group = zarr.open_group(location, mode="w", zarr_format=EXTRAS_FORMAT)
+    for path, value in elements.items():
+        mapping, _, key = path.rpartition("/")
+        if path == "uns":  # key by key, so that an error names the key
+            mapping, items = "uns", value.items()
+        else:
+            items = [(key, value)]
+        if mapping and mapping not in group:
+            ad.io.write_elem(group, mapping, {})  # an anndata dict, so that anndata reads the mapping whole too
+        for name, item in items:
+            try:
+                ad.io.write_elem(group[mapping] if mapping else group, name, item)
+            except Exception as exc:
+                msg = (
+                    f"adata.{_attribute(f'{mapping}/{name}' if mapping else name)} cannot be stored by anndata's "
+                    f"element writer ({type(exc).__name__}: {exc}); remove it, or pass extras=False to store the "
+                    "counts, obs and var only"
+                )
+                raise InvalidTypeError(msg) from exc
+    zarr.consolidate_metadata(location, zarr_format=EXTRAS_FORMAT)
+    return Extras(counts=counts, elements=tuple(elements), zarr_format=EXTRAS_FORMAT)
+
+
+def open_extras(store: BaseStore, extras: Extras, *, consolidated: bool = True) -> Any:
+    """The ``anndata.zarr`` group: from its consolidated metadata (one read, no listing), or object by object."""
+    import zarr
+
+    location = zarr_store(store, EXTRAS_NAME, read_only=True)
+    return zarr.open_group(location, mode="r", zarr_format=extras.zarr_format, use_consolidated=consolidated)
+
+
+def read_extras(store: BaseStore, extras: Extras, *, in_memory_bytes: int | None = None) -> dict[str, Any]:
+    """The elements of ``anndata.zarr``, by path: ``uns`` and small ones in memory, the larger lazily (dask).
+
+    Elements of more than ``in_memory_bytes`` (default :data:`IN_MEMORY_BYTES`) are lazy; without dask they
+    are read into memory, with a warning. raw is an AnnData whose X is lazy when it is large.
+    """
+    import anndata as ad
+
+    limit = IN_MEMORY_BYTES if in_memory_bytes is None else in_memory_bytes
+    group = open_extras(store, extras)
+    lazy_ok = _has_dask()
+    elements: dict[str, Any] = {}
+    for path in extras.elements:
+        element = group[path]
+        inner = element["X"] if path == "raw" else element  # raw: its X is the large part
+        big = path != "uns" and stored_bytes(inner) > limit
+        if big and not lazy_ok:
+            warn(f"{store.url}/{EXTRAS_NAME}/{path} is read into memory: install dask to read it lazily")
+        if not (big and lazy_ok):
+            elements[path] = ad.io.read_elem(element)
+        elif path == "raw":
+            parts = {key: ad.io.read_elem(element[key]) for key in element.keys() if key != "X"}  # noqa: SIM118
+            elements[path] = ad.AnnData(X=_read_lazily(inner), **parts)
+        else:
+            elements[path] = _read_lazily(element)
+    return elements
+
+
+def stored_bytes(element: Any) -> int:
+    """What an element of the group holds, uncompressed: an array's bytes, a group's arrays' (nothing read)."""
+    import zarr
+
+    if isinstance(element, zarr.Array):
+        return int(element.nbytes)
+    return sum(int(array.nbytes) for _, array in element.arrays()) + sum(
+        stored_bytes(child) for _, child in element.groups()
+    )
+
+
+def stored_shape(element: Any) -> tuple[int, ...] | None:
+    """The shape of an element as anndata stores it (an array, a sparse matrix, a data frame), nothing read."""
+    import zarr
+
+    if isinstance(element, zarr.Array):
+        return tuple(int(n) for n in element.shape)
+    attrs = element.attrs
+    encoding = str(attrs.get("encoding-type", ""))
+    if encoding in ("csr_matrix", "csc_matrix"):
+        return tuple(int(n) for n in attrs["shape"])
+    if encoding == "dataframe":
+        index = element[attrs["_index"]]
+        length = stored_shape(index)
+        return None if length is None else (length[0], len(attrs.get("column-order", [])))
+    if encoding == "categorical" or encoding.startswith("nullable-"):
+        return stored_shape(element["codes" if encoding == "categorical" else "values"])
+    return None
+
+
+def reorder_genes(elements: dict[str, Any], extras: Extras, order: np.ndarray) -> dict[str, Any]:
+    """The elements in another gene order (``order[j]`` the original gene of column ``j``) where they have genes.
+
+    varm's rows, varp's rows and columns, the layers' columns, and X's (whose genes are the tiles', unless the
+    counts are raw's).
+    """
+    reordered = dict(elements)
+    if extras.counts == "raw":  # the tiles hold raw's genes; X and its elements keep the AnnData's own
+        return reordered
+    for path, value in elements.items():
+        mapping = path.partition("/")[0]
+        if mapping == "varm":
+            reordered[path] = value[order]
+        elif mapping == "varp":
+            reordered[path] = value[order][:, order]
+        elif mapping == "layers" or (path == "X" and extras.counts != "raw"):
+            reordered[path] = value[:, order]
+    return reordered
+
+
+# ---------------------------------------------------------------------- internals
+
+
+def _read_lazily(element: Any) -> Any:
+    import anndata as ad
+
+    return ad.experimental.read_elem_lazy(element)
+
+
+def _has_dask() -> bool:
+    try:
+        import dask.array  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _in_memory(value: Any) -> Any:
+    """A lazy data frame (anndata's ``Dataset2D``, as ``read_lazy`` gives in obsm) as pandas; anything else as is."""
+    from anndata.experimental.backed import Dataset2D
+
+    return value.to_memory() if isinstance(value, Dataset2D) else value
+
+
+def _raw_in_memory(adata: ad.AnnData) -> Any:
+    """``adata.raw``, its var in memory (``read_lazy`` gives a lazy one, which anndata's writer refuses)."""
+    from anndata.experimental.backed import Dataset2D
+
+    raw = adata.raw
+    if not isinstance(raw.var, Dataset2D):
+        return raw
+    import anndata as ad
+
+    return ad.Raw(adata, X=raw.X, var=raw.var.to_memory(), varm=dict(raw.varm))
+
+
+def _attribute(path: str) -> str:
+    """``obsm/X_pca`` as the user names it: ``obsm['X_pca']``."""
+    mapping, _, key = path.partition("/")
+    return f"{mapping}[{key!r}]" if key else mapping
