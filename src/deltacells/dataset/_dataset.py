@@ -52,14 +52,23 @@ class Dataset:
         self._limits = manifest.limits
         self._starts = manifest.starts
         self._warned_precision = False
-        self._columns: np.ndarray | None = None  # stored column j -> output column, in the source's order
+        self._columns: np.ndarray | None = None  # stored column j -> output column (the kernels' map)
+        self._n_columns = manifest.n_genes  # output columns
+        self._joined: np.ndarray | None = None  # with_columns's map (-1: left out), or None
         self._gene_order: np.ndarray | None = None  # gene_order.npy, read once (read-only)
         self.gene_order_mode = "stored"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             _rebuild,
-            (self.store, self.manifest.to_dict(), self.cache.max_bytes, self.threads, self.gene_order_mode),
+            (
+                self.store,
+                self.manifest.to_dict(),
+                self.cache.max_bytes,
+                self.threads,
+                self.gene_order_mode,
+                None if self._joined is None else (self._joined, self._n_columns),
+            ),
         )
 
     def with_gene_order(self, gene_order: str) -> Dataset:
@@ -80,6 +89,9 @@ class Dataset:
         if gene_order not in ("original", "stored"):
             msg = f"gene_order must be 'original' or 'stored', got {gene_order!r}"
             raise InvalidValueError(msg)
+        if self._joined is not None:
+            msg = "this dataset's columns are a collection's genes (with_columns): its gene order cannot change"
+            raise InvalidValueError(msg)
         if gene_order == self.gene_order_mode:
             return self
         order = self.gene_order() if gene_order == "original" else None  # read before sharing the state
@@ -89,6 +101,60 @@ class Dataset:
         other._columns = order  # a copy of its own, int32
         return other
 
+    def with_columns(self, columns: np.ndarray, n_columns: int) -> Dataset:
+        """The same dataset read into another set of genes: stored gene ``g`` becomes column ``columns[g]``.
+
+        What a collection's join needs (:func:`~deltacells.read_deltacells` of several datasets): the
+        stored column numbers are mapped while the rows are copied or decoded (as for
+        :meth:`with_gene_order`), each row is sorted, and a gene mapped to ``-1`` is left out (an inner
+        join's genes this dataset has but others lack: removed from each row in place, after the sort
+        that puts them last). Output columns no gene maps to are empty (an outer join's genes this dataset
+        lacks). The result shares this dataset's tile cache; its :attr:`n_genes` is ``n_columns``.
+
+        Parameters
+        ----------
+        columns
+            ``int[manifest.n_genes]``: the output column of each stored gene, below ``n_columns`` and unique,
+            or -1.
+        n_columns
+            Columns of the output.
+
+        Raises
+        ------
+        InvalidValueError
+            If ``columns`` has another length, or a column out of range or taken twice.
+        """
+        n_genes = self.manifest.n_genes
+        columns = np.asarray(columns)
+        if columns.shape != (n_genes,) or columns.dtype.kind not in "iu":
+            msg = f"columns must be {n_genes} integers (one per stored gene), got {columns.dtype} {columns.shape}"
+            raise InvalidValueError(msg)
+        kept = columns[columns >= 0]
+        if n_columns < 0 or (columns < -1).any() or (kept >= n_columns).any() or np.unique(kept).size != kept.size:
+            msg = f"columns must be -1 or unique columns below n_columns={n_columns}"
+            raise InvalidValueError(msg)
+        # The kernels' map: a left-out gene goes to n_columns, sorted last. Its length also bounds the sorts'
+        # columns (the radix passes): at least n_columns + 1; the entries past n_genes are never read.
+        kernel_map = np.full(max(n_genes, n_columns + 1), n_columns, dtype=np.int32)
+        kernel_map[:n_genes] = np.where(columns < 0, n_columns, columns)
+        other = object.__new__(Dataset)
+        other.__dict__.update(self.__dict__)
+        other.gene_order_mode = "joined"
+        other._columns = kernel_map
+        other._n_columns = int(n_columns)
+        other._joined = columns.astype(np.int32)
+        other._joined.flags.writeable = False
+        return other
+
+    def joined_columns(self) -> tuple[np.ndarray, int] | None:
+        """The arguments of :meth:`with_columns` that made this dataset (read-only), or None."""
+        return None if self._joined is None else (self._joined, self._n_columns)
+
+    @property
+    def drops_genes(self) -> bool:
+        """Whether some stored genes are left out of the rows read (:meth:`with_columns`)."""
+        return self._joined is not None and bool((self._joined < 0).any())
+
     def __repr__(self) -> str:
         m = self.manifest
         return f"Dataset({self.store.url!r}, n_cells={m.n_cells}, n_genes={m.n_genes}, n_tiles={m.n_tiles})"
@@ -96,7 +162,7 @@ class Dataset:
     @property
     def shape(self) -> tuple[int, int]:
         """``(n_cells, n_genes)``."""
-        return (self.manifest.n_cells, self.manifest.n_genes)
+        return (self.manifest.n_cells, self.n_genes)
 
     @property
     def n_cells(self) -> int:
@@ -105,13 +171,48 @@ class Dataset:
 
     @property
     def n_genes(self) -> int:
-        """Number of genes (columns)."""
-        return self.manifest.n_genes
+        """Number of genes (columns) of the rows read: the stored ones, or those of :meth:`with_columns`."""
+        return self._n_columns
 
     @property
     def n_tiles(self) -> int:
         """Number of tiles."""
         return self.manifest.n_tiles
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros stored in the tiles (the manifest's; a read leaving genes out holds fewer)."""
+        return self.manifest.nnz
+
+    @property
+    def url(self) -> str:
+        """Where the dataset is (its store's URL)."""
+        return self.store.url
+
+    @property
+    def tile_size(self) -> int:
+        """Cells per tile (the last may hold fewer)."""
+        return self.manifest.tile_size
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the dataset is on a local disk."""
+        return self.store.is_local
+
+    @property
+    def tile_starts(self) -> np.ndarray:
+        """``int64[n_tiles]``: the first cell of each tile."""
+        return np.asarray(self.manifest.starts, dtype=np.int64)
+
+    @property
+    def tile_cells(self) -> np.ndarray:
+        """``int64[n_tiles]``: the cells of each tile."""
+        return np.asarray(self.manifest.tile_cells, dtype=np.int64)
+
+    @property
+    def tile_bytes(self) -> np.ndarray:
+        """``int64[n_tiles]``: the bytes of each tile."""
+        return np.asarray(self.manifest.tile_bytes, dtype=np.int64)
 
     @property
     def cache(self) -> TileCache:
@@ -352,12 +453,15 @@ class Dataset:
             raise InvalidValueError(msg)
         dtype = np.dtype(dtype)
         decoded = dtype if dtype in DIRECT_DTYPES else np.dtype(np.float64 if dtype.kind == "f" else np.int64)
+        sort_columns = sort_columns or self.drops_genes  # the genes left out are found at the end of sorted rows
         matrices, large = read_rows_by_chunk(
             self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads,
-            fetched=fetched,
+            fetched=fetched, n_columns=self.n_genes,
         )  # fmt: skip
         self._warn_if_inexact(large, dtype)
         sorted_rows = self._columns is None or sort_columns
+        if self.drops_genes:
+            matrices = [self._dropped(matrix) for matrix in matrices]
         for matrix in matrices:
             if decoded != dtype:
                 matrix.data = matrix.data.astype(dtype)
@@ -419,7 +523,7 @@ class Dataset:
             from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
 
             spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
-            sort_output_rows(out_indptr, out_indices, out_data, self.n_genes, spans)
+            sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0], spans)
         if direct.any():
             starts = (row_starts[:-1][direct], nnz_starts[:-1][direct])
             outputs = (out_indptr, out_indices, out_data)
@@ -434,7 +538,12 @@ class Dataset:
         if self._columns is not None and not sorted_already:
             from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
 
-            sort_output_rows(out_indptr, out_indices, out_data, self.n_genes)
+            sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0])
+        if self.drops_genes:
+            from deltacells.tiles._gather import drop_dropped_columns
+
+            nnz = drop_dropped_columns(out_indptr, out_indices, out_data, self.n_genes)
+            out_indices, out_data = out_indices[:nnz], out_data[:nnz]
         index_dtype = out_indices.dtype
         matrix = sparse.csr_matrix(
             (out_data, out_indices, out_indptr.astype(index_dtype, copy=False)),
@@ -498,6 +607,20 @@ class Dataset:
         for slots, loc, src_indptr, src_indices, src_data in parts:
             self._copy_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
+
+    def _dropped(self, matrix: sparse.csr_matrix) -> sparse.csr_matrix:
+        """A matrix read with the genes left out (:meth:`with_columns`) still in its rows, without them."""
+        from deltacells.tiles._gather import drop_dropped_columns
+
+        indptr = matrix.indptr.astype(np.int64)
+        nnz = drop_dropped_columns(indptr, matrix.indices, matrix.data, self.n_genes)
+        # The arrays set as they are (slices of the loader's shared arrays): scipy's constructor would copy them.
+        matrix.indptr, matrix.indices, matrix.data = (
+            indptr.astype(matrix.indices.dtype, copy=False),
+            matrix.indices[:nnz],
+            matrix.data[:nnz],
+        )
+        return matrix
 
     def _copy_rows(self, *arrays: np.ndarray) -> None:
         """Copy rows into the output (the gather kernels), mapping the columns to the source's order if asked."""
@@ -624,7 +747,12 @@ def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[
 
 
 def _rebuild(
-    store: BaseStore, manifest: dict[str, Any], tile_cache_bytes: int, threads: int | None, gene_order: str = "stored"
+    store: BaseStore,
+    manifest: dict[str, Any],
+    tile_cache_bytes: int,
+    threads: int | None,
+    gene_order: str = "stored",
+    joined: tuple[np.ndarray, int] | None = None,
 ) -> Dataset:
     dataset = Dataset(store, Manifest.from_dict(manifest), tile_cache_bytes=tile_cache_bytes, threads=threads)
-    return dataset.with_gene_order(gene_order)
+    return dataset.with_columns(*joined) if joined is not None else dataset.with_gene_order(gene_order)

@@ -25,7 +25,7 @@ from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io._dask_blocks import block_class, register_with_dask
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.dataset import Collection, Dataset
     from deltacells.format import Manifest
     from deltacells.storage import BaseStore
 
@@ -114,7 +114,10 @@ class BlockSource:
     fingerprint
         SHA-256 of the manifest the array was made from; a process that opens another raises.
     gene_order
-        ``"original"`` or ``"stored"``, as the reader chose.
+        ``"original"`` or ``"stored"``, as the reader chose, or ``"joined"`` (a collection's member).
+    joined
+        A collection's member: the int32 bytes of its map from stored genes to the join's columns, and their
+        number (:meth:`~deltacells.Dataset.with_columns`); else None.
     dtype
         dtype of the values.
     sparse_array
@@ -129,6 +132,7 @@ class BlockSource:
     key: str
     fingerprint: str
     gene_order: str
+    joined: tuple[bytes, int] | None
     dtype: np.dtype
     sparse_array: bool
     tile_cache_bytes: int
@@ -138,14 +142,19 @@ class BlockSource:
     def of(cls, dataset: Dataset, dtype: np.dtype, *, sparse_array: bool) -> BlockSource:
         """The source of ``dataset``'s blocks, read in ``dtype``."""
         fingerprint = manifest_fingerprint(dataset.manifest)
+        joined = dataset.joined_columns()
+        joined_bytes = None if joined is None else (joined[0].astype("<i4").tobytes(), joined[1])
         settings = (dataset.gene_order_mode, dataset.cache.max_bytes, dataset.threads, fingerprint)
         digest = hashlib.sha256(pickle.dumps(dataset.store, protocol=4))
         digest.update(repr(settings).encode())
+        if joined_bytes is not None:
+            digest.update(joined_bytes[0] + str(joined_bytes[1]).encode())
         return cls(
             store=dataset.store,
             key=digest.hexdigest(),
             fingerprint=fingerprint,
             gene_order=dataset.gene_order_mode,
+            joined=joined_bytes,
             dtype=np.dtype(dtype),
             sparse_array=bool(sparse_array),
             tile_cache_bytes=int(dataset.cache.max_bytes),
@@ -162,13 +171,14 @@ def manifest_fingerprint(manifest: Manifest) -> str:
     return hashlib.sha256(manifest.to_json().encode()).hexdigest()
 
 
-def dask_array(dataset: Dataset, dtype: np.dtype, chunks: str | int, *, sparse_array: bool) -> Any:
+def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: str | int, *, sparse_array: bool) -> Any:
     """``dataset`` as a :class:`dask.array.Array` of CSR blocks of whole tiles (``chunks`` checked here).
 
     Parameters
     ----------
     dataset
-        The open dataset, in the gene order the blocks follow.
+        The open dataset, in the gene order the blocks follow; or a collection: its members' arrays one
+        after the other (no block holds cells of two datasets).
     dtype
         dtype of the values.
     chunks
@@ -183,6 +193,11 @@ def dask_array(dataset: Dataset, dtype: np.dtype, chunks: str | int, *, sparse_a
         raise ImportError(msg) from exc
 
     chunks = parse_chunks(chunks, allow_none=False)
+    from deltacells.dataset import Collection
+
+    if isinstance(dataset, Collection):
+        members = [dask_array(member, dtype, chunks, sparse_array=sparse_array) for member in dataset.members]
+        return members[0] if len(members) == 1 else da.concatenate(members, axis=0)
     register_with_dask()
     source = BlockSource.of(dataset, dtype, sparse_array=sparse_array)
     rows = row_chunks(dataset.manifest, chunks)
@@ -256,6 +271,9 @@ def dataset_for(source: BlockSource) -> Dataset:
             "overwritten since; read it again with read_deltacells"
         )
         raise FormatError(msg)
+    if source.joined is not None:
+        columns, n_columns = source.joined
+        return _remember(source.key, opened.with_columns(np.frombuffer(columns, dtype="<i4"), n_columns))
     return _remember(source.key, opened.with_gene_order(source.gene_order))
 
 

@@ -15,7 +15,7 @@ from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeErro
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from deltacells.dataset import Dataset
+    from deltacells.dataset import Collection, Dataset
 
 __all__ = ["TiledCSRDataset"]
 
@@ -66,7 +66,7 @@ class TiledCSRDataset(CSRDataset):
     Parameters
     ----------
     dataset
-        The open dataset.
+        The open dataset, or a :class:`~deltacells.dataset.Collection` of datasets read as one.
     dtype
         dtype of the values returned: float32 (default), int32, int64 or float64.
     """
@@ -74,7 +74,7 @@ class TiledCSRDataset(CSRDataset):
     format: ClassVar[str] = "csr"
     backend = "deltacells"
 
-    def __init__(self, dataset: Dataset, dtype: DTypeLike = np.float32) -> None:
+    def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
         self._dataset = dataset
         self._dtype = parse_read_dtype(dtype)
 
@@ -92,8 +92,8 @@ class TiledCSRDataset(CSRDataset):
     # ------------------------------------------------------------------ properties
 
     @property
-    def dataset(self) -> Dataset:
-        """The underlying :class:`~deltacells.Dataset`."""
+    def dataset(self) -> Dataset | Collection:
+        """The underlying :class:`~deltacells.Dataset` (or :class:`~deltacells.dataset.Collection`)."""
         return self._dataset
 
     @property
@@ -108,8 +108,8 @@ class TiledCSRDataset(CSRDataset):
 
     @property
     def nnz(self) -> int:
-        """Stored nonzeros (from the manifest; nothing is decoded)."""
-        return self._dataset.manifest.nnz
+        """Stored nonzeros (from the manifests; nothing is decoded; an inner join of datasets reads fewer)."""
+        return self._dataset.nnz
 
     @property
     def ndim(self) -> int:
@@ -150,7 +150,7 @@ class TiledCSRDataset(CSRDataset):
         n_cells, n_genes = self.shape
         return (
             f"TiledCSRDataset: {n_cells:,} x {n_genes:,}, {self._dtype}, {self._dataset.n_tiles} tiles "
-            f"at {self._dataset.store.url!r}"
+            f"at {self._dataset.url!r}"
         )
 
     def astype(self, dtype: DTypeLike) -> TiledCSRDataset:
@@ -240,7 +240,7 @@ class TiledCSRDataset(CSRDataset):
         dataset without holding more than a few tiles in memory.
         """
         selected = normalize_rows(slice(None) if rows is None else rows, self.shape[0])
-        tile_size = max(1, self._dataset.manifest.tile_size)
+        tile_size = max(1, self._dataset.tile_size)
         if isinstance(selected, slice):
             for lo in range(selected.start, selected.stop, tile_size):
                 block = slice(lo, min(selected.stop, lo + tile_size))

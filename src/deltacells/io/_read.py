@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 
 from deltacells.dataset import Dataset, open_dataset
-from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
+from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._assemble import anndata_parts, counts_location, counts_of
+from deltacells.io._collection import is_collection, read_collection
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
+from deltacells.io._frames import default_names_of, in_column_order, obs_store_and_columns, read_obs_frame, read_var
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
-from deltacells.io._names import default_names
 from deltacells.io._sources import view_parts
-from deltacells.io._var_frame import var_frame
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ LAZY_OBS_MIN_CELLS = 1_000_000
 
 
 def read_deltacells(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str] | Dataset],
     *,
     obs_columns: Sequence[str] | None = None,
     obs_names: bool = True,
@@ -49,6 +49,11 @@ def read_deltacells(
     lazy_obs: bool | None = None,
     chunks: Literal["tiles"] | int | None = None,
     extras: bool = True,
+    join: Literal["inner", "outer"] = "inner",
+    label: str | None = "dataset",
+    keys: Sequence[str] | None = None,
+    var_key: str | None = None,
+    index_unique: str | None = None,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -56,10 +61,17 @@ def read_deltacells(
     ``adata[cells].X``, ``adata[cells].to_memory()`` or ``adata.X[cells]`` decode only
     the tiles that hold the requested cells.
 
+    A list (or tuple) of datasets opens them as one collection (DECISIONS.md 16): their cells one after the
+    other in the order given, their genes joined as :func:`anndata.concat` joins them (``join``), each
+    dataset's stored columns mapped to the join's as its tiles decode, and obs joined by
+    :func:`anndata.concat` itself, with a ``label`` column saying which dataset each cell came from. See the
+    user guide's "Collections" page.
+
     Parameters
     ----------
     path
-        Local directory or fsspec URL (``s3://bucket/prefix``...).
+        Local directory or fsspec URL (``s3://bucket/prefix``...); or a list of them (and of opened
+        :class:`~deltacells.Dataset` objects): a collection.
     obs_columns
         obs columns to load (from the local Arrow cache, localizing them on first
         use); ``None`` loads all, ``[]`` none. Others can be added later with
@@ -113,7 +125,23 @@ def read_deltacells(
         obsm, varm, obsp, varp, uns, layers and raw, and the tiles' matrix where it was (X, a layer or raw.X).
         ``uns`` and elements of up to 64 MiB are read into memory, larger ones lazily as dask arrays (their
         rows are read when a subset is brought into memory). ``False``: X is the tiles' matrix, with obs and
-        var only.
+        var only. A collection gives the tiles' matrices, obs and var only.
+    join
+        A collection's genes: ``"inner"`` (default, as :func:`anndata.concat`), those of every dataset, in
+        the first dataset's order; ``"outer"``, those of any (sorted, as pandas' ``union`` sorts them), a
+        gene a dataset lacks reading as zeros in its cells. obs columns are joined the same way.
+    label
+        A collection's obs column saying which dataset each cell came from: a categorical of ``keys``
+        (``None``: no such column).
+    keys
+        A collection's dataset names, in order (default: each dataset's folder name, without
+        ``.deltacells``).
+    var_key
+        Join a collection's genes on this var column (Ensembl ids, say) rather than on the var names; it
+        becomes the var names of the result.
+    index_unique
+        As :func:`anndata.concat`'s: make a collection's obs names unique by appending ``index_unique`` and
+        the dataset's key (default: keep them as stored, possibly repeated).
 
     Returns
     -------
@@ -136,6 +164,20 @@ def read_deltacells(
     register_anndata_io()
     import anndata as ad
 
+    if is_collection(path):
+        if gene_order != "original":
+            msg = "a collection's genes are in the order of their join (join=); gene_order='stored' is for one dataset"
+            raise InvalidValueError(msg)
+        collection, obs, var, entry = read_collection(
+            path, join=join, label=label, keys=keys, var_key=var_key, index_unique=index_unique,
+            storage_options=storage_options, obs_columns=obs_columns, obs_names=obs_names, cache_dir=cache_dir,
+            verify_obs=verify_obs, tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
+            lazy_obs=lazy_obs,
+        )  # fmt: skip
+        joined = TiledCSRDataset(collection, parse_read_dtype(dtype))
+        adata = ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
+        adata.uns[UNS_KEY] = entry
+        return adata
     stored = open_dataset(
         path,
         storage_options=storage_options,
@@ -147,14 +189,14 @@ def read_deltacells(
     X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
     if chunks is not None:
         X = X.to_dask(chunks)
-    var = _in_column_order(read_var(dataset), dataset)
+    var = in_column_order(read_var(dataset), dataset)
     parts, raw = anndata_parts(dataset, X, var, extras=extras)
     if _use_lazy_obs(lazy_obs, dataset.n_cells):
         obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
         with ad.settings.override(check_uniqueness=False):  # the index is a RangeIndex: unique by construction
             adata = ad.AnnData(obs=obs, **parts)
     else:
-        obs = _read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+        obs = read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
         adata = ad.AnnData(obs=obs, **parts)
     if raw is not None:
         adata.raw = raw
@@ -199,14 +241,14 @@ def read_obs(
         cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
         if not isinstance(counts_of(view_parts(adata)[0]), TiledCSRDataset):
             _check_all_cells(view_parts(adata)[0], dataset, cache_dir=cache_dir, verify=verify)
-        frame = _read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
+        frame = read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
         if not isinstance(view_parts(adata)[0].obs, pd.DataFrame):  # a lazy obs: add the columns lazily
             frame = frame.iloc[view_parts(adata)[1]] if adata.is_view else frame
             frame.index = adata.obs_names
             if not adata.is_view:
                 from deltacells.io._lazy_obs import add_lazy_columns
 
-                _, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+                _, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
                 add_lazy_columns(adata.obs, wanted)
             return frame
         if adata.is_view:
@@ -219,23 +261,7 @@ def read_obs(
             adata.obs[name] = frame[name]
         return frame
     dataset = open_dataset(adata_or_path, storage_options=storage_options)
-    return _read_obs_frame(dataset, columns, obs_names=True, cache_dir=cache_dir, verify=verify)
-
-
-def read_var(dataset: Dataset) -> pd.DataFrame:
-    """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``."""
-    n_genes = dataset.n_genes
-    table = dataset.var_table()
-    if table is not None:
-        var = var_frame(table)
-        if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
-            var.index = var.index.astype(str)
-        else:
-            names = dataset.var_names()
-            var.index = pd.Index(names if names is not None else [str(i) for i in range(n_genes)])
-        return var
-    names = dataset.var_names()
-    return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
+    return read_obs_frame(dataset, columns, obs_names=True, cache_dir=cache_dir, verify=verify)
 
 
 def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
@@ -332,6 +358,12 @@ def _restored_lazily(
 
 
 def _dataset_of(adata: ad.AnnData) -> Dataset:
+    if adata.uns.get(UNS_KEY, {}).get("columns") == "joined":
+        msg = (
+            "read_obs reads one dataset's obs; this AnnData is a collection of datasets: read it again with "
+            "read_deltacells([...], obs_columns=[...]) for more columns"
+        )
+        raise InvalidTypeError(msg)
     counts = counts_of(view_parts(adata)[0])  # in X, or in a layer or raw when the AnnData written had them there
     if isinstance(counts, TiledCSRDataset):
         return counts.dataset
@@ -350,8 +382,8 @@ def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, ver
         if not isinstance(adata.obs, pd.DataFrame):  # a lazy obs is indexed by cell numbers
             if names.equals(pd.RangeIndex(n_cells)):
                 return
-        elif names.equals(_default_names(n_cells)) or names.equals(
-            _read_obs_frame(dataset, [], obs_names=True, cache_dir=cache_dir, verify=verify).index
+        elif names.equals(default_names_of(n_cells)) or names.equals(
+            read_obs_frame(dataset, [], obs_names=True, cache_dir=cache_dir, verify=verify).index
         ):
             return
     msg = (
@@ -359,11 +391,6 @@ def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, ver
         "computed from a subset of them?): read_obs(path) gives the dataset's obs, to select the same cells from"
     )
     raise InvalidValueError(msg)
-
-
-def _default_names(n: int) -> pd.Index:
-    """``"0" .. "n-1"`` as anndata names cells by default, built without a Python loop."""
-    return default_names(np.arange(n, dtype=np.int64))
 
 
 def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:
@@ -376,59 +403,13 @@ def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:
     return bool(lazy_obs)
 
 
-def _obs_store_and_columns(
-    dataset: Dataset, columns: Sequence[str] | None, *, cache_dir: Any, verify: bool
-) -> tuple[Any, list[str]]:
-    """The dataset's :class:`~deltacells.obs.ObsStore` (``None`` without obs) and the columns asked for, checked."""
-    if isinstance(columns, str):
-        msg = f"obs columns must be a list of column names, not the string {columns!r}"
-        raise InvalidTypeError(msg)
-    if not dataset.manifest.has_obs:
-        if columns:
-            msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
-            raise UnknownKeyError(msg)
-        return None, []
-    from deltacells.obs import ObsStore
-
-    obs_store = ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify)
-    available = list(obs_store.columns)
-    if columns is None:
-        return obs_store, available
-    wanted = list(columns)
-    missing = [c for c in wanted if c not in available]
-    if missing:
-        msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
-        raise UnknownKeyError(msg)
-    return obs_store, wanted
-
-
 def _lazy_obs_frame(
     dataset: Dataset, columns: Sequence[str] | None, *, obs_names: bool, cache_dir: Any, verify: bool
 ) -> Any:
     from deltacells.io._lazy_obs import lazy_obs_frame
 
-    obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+    obs_store, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
     return lazy_obs_frame(obs_store, dataset.n_cells, wanted, names=obs_names)
-
-
-def _read_obs_frame(
-    dataset: Dataset,
-    columns: Sequence[str] | None,
-    *,
-    obs_names: bool,
-    cache_dir: str | os.PathLike[str] | None,
-    verify: bool,
-) -> pd.DataFrame:
-    n_cells = dataset.n_cells
-    if columns is not None and len(columns) == 0 and not obs_names and not isinstance(columns, str):
-        return pd.DataFrame(index=_default_names(n_cells))
-    obs_store, wanted = _obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
-    if obs_store is None or (not wanted and not obs_names):
-        return pd.DataFrame(index=_default_names(n_cells))
-    frame = obs_store.to_dataframe(wanted)
-    if not obs_names:
-        frame.index = _default_names(n_cells)
-    return frame
 
 
 def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[str, Any]:
@@ -451,16 +432,6 @@ def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[st
         entry["gene_order"] = gene_order
     entry["columns"] = dataset.gene_order_mode  # "original" or "stored": what X's and var's columns follow
     return entry
-
-
-def _in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
-    """``var`` (stored order) in the order of the dataset's columns."""
-    order = dataset.gene_order() if dataset.gene_order_mode == "original" else None
-    if order is None:
-        return var
-    stored_of = np.empty_like(order)  # the inverse permutation, without a sort
-    stored_of[order] = np.arange(order.shape[0], dtype=order.dtype)
-    return var.iloc[stored_of]
 
 
 def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:

@@ -16,7 +16,9 @@ from numpy.typing import DTypeLike
 from scipy import sparse
 
 from deltacells._threads import default_threads
+from deltacells.dataset import Collection
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._collection_obs import CollectionObs
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
@@ -87,6 +89,9 @@ class CellLoader:
     source
         A dataset path or fsspec URL, a :class:`~deltacells.Dataset`, or an AnnData from
         :func:`~deltacells.read_deltacells` (read with its lazy X); a view of one selects its cells and genes.
+        A list of datasets (paths, URLs or Datasets) is a collection, read as one (as
+        ``read_deltacells([...])`` reads it: ``join``, ``var_key``, ``keys``, ``label``): blocks of all the
+        datasets are shuffled together, and a batch mixes cells of several.
     batch_size
         Cells per batch.
     shuffle
@@ -144,6 +149,14 @@ class CellLoader:
         The obs cache, as for :func:`~deltacells.read_deltacells` (default: the AnnData's).
     threads
         Threads decoding tiles (default: the usable CPUs).
+    join, var_key, keys, label
+        For a collection, as for :func:`~deltacells.read_deltacells`: how the genes are joined, the datasets'
+        names, and the obs column (which ``obs_columns`` may name) giving each cell's dataset.
+    weights
+        For a collection: each dataset's share of an epoch's cells (any non-negative numbers, one per
+        dataset, normalised). An epoch still has as many cells as are selected, but a dataset's come in
+        proportion to its weight: a subset of its blocks drawn at random every epoch, or all of them again
+        and again, so that one huge study does not dominate. ``None`` (default): every cell once per epoch.
 
     Notes
     -----
@@ -186,6 +199,11 @@ class CellLoader:
         cache_dir: str | os.PathLike[str] | None = None,
         verify: bool = True,
         threads: int | None = None,
+        join: str = "inner",
+        var_key: str | None = None,
+        keys: Sequence[str] | None = None,
+        label: str | None = "dataset",
+        weights: Sequence[float] | None = None,
     ) -> None:
         self.batch_size = _positive("batch_size", batch_size)
         check_output(output)
@@ -197,7 +215,7 @@ class CellLoader:
         self.prefetch = _positive("prefetch", prefetch)
         self._source: LoaderSource = resolve_source(
             source, cells=cells, gene_order=gene_order, storage_options=storage_options, cache_dir=cache_dir,
-            verify=verify, threads=threads,
+            verify=verify, threads=threads, join=join, var_key=var_key, keys=keys, label=label,
         )  # fmt: skip
         self.block_size: int | str = _block_size(block_size)
         default_buffer = max(DEFAULT_BUFFER_BATCHES * self.batch_size, DEFAULT_MIN_BUFFER)
@@ -212,6 +230,7 @@ class CellLoader:
             self._blocks = blocks_between(self._source.chunk_bounds(), self._source.tile_bounds())
         else:
             self._blocks = make_blocks(self._source.tile_bounds(), int(self.block_size))
+        self.weights = self._source.block_weights(weights, self._blocks)
         self.epoch = 0
         self._batches_done = 0  # positions of this epoch's order given (by this object's iteration)
         self._resume_at = 0  # where the next iteration starts (set by load_state_dict)
@@ -221,8 +240,8 @@ class CellLoader:
     # ------------------------------------------------------------------ properties
 
     @property
-    def dataset(self) -> Dataset:
-        """The dataset read, in the gene order of the batches."""
+    def dataset(self) -> Dataset | Collection:
+        """The dataset read, in the gene order of the batches (or the collection of datasets)."""
         return self._source.dataset
 
     @property
@@ -241,6 +260,12 @@ class CellLoader:
         """The categories of each categorical obs column asked for (``Batch.obs`` holds their codes)."""
         if self._obs_store is None:
             return {}
+        if isinstance(self._obs_store, CollectionObs):
+            return {
+                name: self._obs_store.categories[name]
+                for name in self.obs_columns
+                if name in self._obs_store.categories
+            }
         schema = self._obs_store.schema
         return {
             name: tuple(schema.column(name).categories or ())
@@ -254,7 +279,7 @@ class CellLoader:
 
     def __repr__(self) -> str:
         return (
-            f"CellLoader({self.dataset.store.url!r}, n_cells={self.n_cells}, batch_size={self.batch_size}, "
+            f"CellLoader({self.dataset.url!r}, n_cells={self.n_cells}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, output={self.output!r}, rank={self.rank}/{self.world_size})"
         )
 
@@ -451,7 +476,7 @@ class CellLoader:
 
         None too when no tile is read by two windows (blocks of whole tiles): each window fetches its own.
         """
-        if not plan.group_tiles or not plan.shuffle or self.dataset.store.is_local or not windows:
+        if not plan.group_tiles or not plan.shuffle or self.dataset.is_local or not windows:
             return None
         window_tiles = [plan.window_tiles(*span) for span in windows]
         reads = sum(tiles.shape[0] for tiles in window_tiles)
@@ -585,24 +610,32 @@ class CellLoader:
         return EpochPlan(
             self._blocks, epoch=self.epoch, seed=self.seed, shuffle=self.shuffle, batch_size=self.batch_size,
             buffer_size=self.buffer_size, drop_last=self.drop_last, shard=self.rank, n_shards=self.world_size,
-            group_tiles=self.group_tiles,
+            group_tiles=self.group_tiles, weights=self.weights,
         )  # fmt: skip
 
     def _plan_digest(self) -> str:
         """What fixes the batches, apart from the epoch: cells, sizes, seed, sharding."""
         digest = hashlib.sha256()
-        digest.update(repr((self.dataset.n_cells, self.dataset.manifest.tile_cells.tobytes())).encode())
+        digest.update(repr((self.dataset.n_cells, self.dataset.tile_cells.tobytes())).encode())
         digest.update(b"all" if self._source.cells is None else self._source.cells.tobytes())
         digest.update(self._blocks.starts.tobytes())  # chunk blocks follow the tiles' chunk tables
         settings = (self.batch_size, self.seed, self.block_size, self.buffer_size, self.drop_last, self.shuffle)
         groups = (self.group_tiles,) if self.group_tiles else ()  # states from before groups stay valid
         digest.update(repr((*settings, self.rank, self.world_size, *groups)).encode())
+        if self.weights is not None:
+            digest.update(self.weights.group_of_block.tobytes() + self.weights.shares.tobytes())
         return digest.hexdigest()
 
     def _open_obs(self) -> Any:
         from deltacells.obs import ObsStore
 
         dataset = self.dataset
+        if isinstance(dataset, Collection):
+            source = self._source
+            return CollectionObs(
+                dataset, source.keys or [], source.label, self.obs_columns, cache_dir=source.cache_dir,
+                verify=source.verify,
+            )  # fmt: skip
         if dataset.manifest.n_obs_shards == 0:
             msg = f"obs_columns {list(self.obs_columns)} were asked for, but {dataset.store.url} has no obs"
             raise InvalidValueError(msg)
@@ -691,9 +724,9 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
 
 def _default_group_tiles(dataset: Dataset) -> int:
     """Tiles per group by default: none on a local disk; on object storage 64, or as many as 256 MiB hold."""
-    if dataset.store.is_local:
+    if dataset.is_local:
         return 0
-    tile_bytes = np.asarray(dataset.manifest.tile_bytes, dtype=np.float64)
+    tile_bytes = np.asarray(dataset.tile_bytes, dtype=np.float64)
     mean = float(tile_bytes.mean()) if tile_bytes.shape[0] else 1.0
     return int(min(DEFAULT_REMOTE_GROUP_TILES, max(1, DEFAULT_REMOTE_GROUP_BYTES // max(mean, 1.0))))
 

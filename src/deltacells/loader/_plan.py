@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Blocks", "EpochPlan", "Window", "blocks_between", "make_blocks"]
+__all__ = ["BlockWeights", "Blocks", "EpochPlan", "Window", "blocks_between", "make_blocks"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,14 @@ def blocks_between(bounds: np.ndarray, tile_bounds: np.ndarray) -> Blocks:
 
 
 @dataclass(frozen=True)
+class BlockWeights:
+    """A collection's weights: the dataset of each block, and each dataset's share of an epoch (summing to 1)."""
+
+    group_of_block: np.ndarray
+    shares: np.ndarray
+
+
+@dataclass(frozen=True)
 class Window:
     """Cells read at once and shuffled together: selection positions, and where they start in the shard."""
 
@@ -114,6 +122,11 @@ class EpochPlan:
     group_tiles
         Tiles per group (0: no groups, every block of the epoch shuffled together; see the module's
         description). With ``shuffle`` only; one group holding every tile orders the blocks as no groups.
+    weights
+        A collection's weights (None: every cell once). The epoch then holds as many cells as the selection,
+        dataset ``g``'s ``shares[g]`` of them (rounded to whole cells, largest remainders first): its blocks
+        in a random order, repeated in new random orders as often as needed, the last one cut; the runs of
+        all datasets are then put in one random order (tile groups do not apply).
     """
 
     blocks: Blocks
@@ -126,6 +139,39 @@ class EpochPlan:
     shard: int
     n_shards: int
     group_tiles: int = 0
+    weights: BlockWeights | None = None
+
+    def _weighted_stream(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runs of an epoch drawn by the weights (see the class's description): starts, stops, tiles."""
+        weights, blocks = self.weights, self.blocks
+        assert weights is not None
+        lengths = blocks.lengths
+        total = int(lengths.sum())
+        raw = weights.shares * total
+        quotas = np.floor(raw).astype(np.int64)
+        extra = total - int(quotas.sum())
+        quotas[np.argsort(-(raw - quotas), kind="stable")[:extra]] += 1
+        rng = self._rng(0)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for group in np.flatnonzero(quotas).tolist():
+            quota = int(quotas[group])
+            mine = np.flatnonzero(weights.group_of_block == group)
+            if not self.shuffle:
+                rounds = [mine] * -(-quota // int(lengths[mine].sum()))
+            else:
+                rounds = [rng.permutation(mine) for _ in range(-(-quota // int(lengths[mine].sum())))]
+            order = np.concatenate(rounds)
+            ends = np.cumsum(lengths[order])
+            last = int(np.searchsorted(ends, quota, side="left"))
+            chosen = order[: last + 1]
+            stops = blocks.stops[chosen].copy()
+            stops[-1] -= int(ends[last]) - quota  # the last block cut to the quota
+            parts.append((blocks.starts[chosen], stops, blocks.tiles[chosen]))
+        starts, stops, tiles = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+        if self.shuffle:
+            mixed = rng.permutation(starts.shape[0])
+            starts, stops, tiles = starts[mixed], stops[mixed], tiles[mixed]
+        return starts, stops, tiles
 
     def _block_order(self) -> np.ndarray:
         """The blocks in the epoch's order: random (by tile groups), or as they are without shuffling."""
@@ -147,10 +193,12 @@ class EpochPlan:
 
         Their starts, stops and tiles.
         """
-        lengths = self.blocks.lengths
-        order = self._block_order()
-        starts, stops, tiles = self.blocks.starts[order], self.blocks.stops[order], self.blocks.tiles[order]
-        ends = np.cumsum(lengths[order])
+        if self.weights is not None and len(self.blocks):
+            starts, stops, tiles = self._weighted_stream()
+        else:
+            order = self._block_order()
+            starts, stops, tiles = self.blocks.starts[order], self.blocks.stops[order], self.blocks.tiles[order]
+        ends = np.cumsum(stops - starts)
         total = int(ends[-1]) if ends.shape[0] else 0
         lo, hi = total * self.shard // self.n_shards, total * (self.shard + 1) // self.n_shards
         first = int(np.searchsorted(ends, lo, side="right"))

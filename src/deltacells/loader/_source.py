@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.dataset import Dataset, open_dataset
+from deltacells.dataset import Collection, Dataset, open_dataset
 from deltacells.dataset._indexing import normalize_rows
-from deltacells.errors import InvalidTypeError
+from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.loader._plan import Blocks, BlockWeights
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -32,13 +34,17 @@ class LoaderSource:
         Columns to keep, in order (a view's genes); ``None`` for all.
     cache_dir, verify
         Where obs is cached, and whether its shards are checked.
+    keys, label
+        A collection's dataset names, and the obs column giving them (None for one dataset).
     """
 
-    dataset: Dataset
+    dataset: Dataset | Collection
     cells: np.ndarray | None
     genes: np.ndarray | None
     cache_dir: Any
     verify: bool
+    keys: list[str] | None = None
+    label: str | None = None
 
     @property
     def n_cells(self) -> int:
@@ -47,8 +53,7 @@ class LoaderSource:
 
     def tile_bounds(self) -> np.ndarray:
         """``int64[n_tiles + 1]``: where each tile's selected cells start among the selected cells."""
-        manifest = self.dataset.manifest
-        edges = np.append(manifest.starts, manifest.n_cells).astype(np.int64)
+        edges = np.append(self.dataset.tile_starts, self.dataset.n_cells).astype(np.int64)
         return edges if self.cells is None else np.searchsorted(self.cells, edges).astype(np.int64)
 
     def chunk_bounds(self) -> np.ndarray:
@@ -64,7 +69,7 @@ class LoaderSource:
 
         On a local disk, reading every tile's chunk table costs about as much as reading the kept copy.
         """
-        if self.dataset.store.is_local:
+        if self.dataset.is_local:
             return None
         from deltacells.obs import resolve_cache_dir
 
@@ -73,6 +78,34 @@ class LoaderSource:
     def cell_numbers(self, positions: np.ndarray) -> np.ndarray:
         """The cell numbers of selection ``positions``."""
         return positions if self.cells is None else self.cells[positions]
+
+    def block_weights(self, weights: Sequence[float] | None, blocks: Blocks) -> BlockWeights | None:
+        """A collection's ``weights``, checked, with the dataset of each block; None without weights.
+
+        Raises
+        ------
+        InvalidValueError
+            For weights of one dataset, of another number than the datasets, negative, all zero, or
+            positive for a dataset none of whose cells is selected.
+        """
+        if weights is None:
+            return None
+        if not isinstance(self.dataset, Collection):
+            msg = "weights= are for a collection (a list of datasets): each dataset's share of an epoch"
+            raise InvalidValueError(msg)
+        shares = np.asarray(weights, dtype=np.float64)
+        n = len(self.dataset.members)
+        if shares.shape != (n,) or not np.all(np.isfinite(shares)) or (shares < 0).any() or shares.sum() <= 0:
+            msg = f"weights must be {n} non-negative numbers (one per dataset), not all zero; got {weights!r}"
+            raise InvalidValueError(msg)
+        tile_offsets = self.dataset.tile_offsets
+        group_of_block = (np.searchsorted(tile_offsets, blocks.tiles, side="right") - 1).astype(np.int64)
+        present = np.bincount(group_of_block, weights=blocks.lengths, minlength=n) > 0
+        empty = np.flatnonzero((shares > 0) & ~present)
+        if empty.shape[0]:
+            msg = f"weights: dataset(s) {empty.tolist()} have a weight but none of their cells is selected"
+            raise InvalidValueError(msg)
+        return BlockWeights(group_of_block, shares / shares.sum())
 
 
 def resolve_source(
@@ -84,8 +117,14 @@ def resolve_source(
     cache_dir: Any,
     verify: bool,
     threads: int | None,
+    join: str = "inner",
+    var_key: str | None = None,
+    keys: Sequence[str] | None = None,
+    label: str | None = "dataset",
 ) -> LoaderSource:
-    """The dataset and cells a loader reads from ``source`` (a path or URL, a :class:`Dataset`, or an AnnData).
+    """The dataset and cells a loader reads from ``source``: a path or URL, a :class:`Dataset`, an AnnData or a list.
+
+    A list of datasets is a collection, read as one.
 
     Raises
     ------
@@ -96,9 +135,24 @@ def resolve_source(
 
     genes = None
     rows: Any = slice(None)
+    if isinstance(source, (list, tuple)):
+        from deltacells.io._collection import open_collection
+
+        if gene_order not in (None, "original"):
+            msg = "a collection's genes are in the order of their join; gene_order='stored' is for one dataset"
+            raise InvalidValueError(msg)
+        opened = open_collection(
+            source, join=join, keys=keys, var_key=var_key, storage_options=storage_options, threads=threads
+        )
+        selected = _select(opened.collection.n_cells, rows, cells)
+        return LoaderSource(opened.collection, selected, None, cache_dir, verify, opened.keys, label)
     if isinstance(source, ad.AnnData):
         dataset, rows, genes, settings = _from_anndata(source)
         cache_dir = cache_dir if cache_dir is not None else settings.get("cache_dir")
+        if isinstance(dataset, Collection):
+            selected = _select(dataset.n_cells, rows, cells)
+            keys = list(settings.get("keys", []))
+            return LoaderSource(dataset, selected, genes, cache_dir, verify, keys, settings.get("label"))
         gene_order = gene_order or settings.get("columns")
     elif isinstance(source, Dataset):
         dataset = source
@@ -115,7 +169,7 @@ def resolve_source(
     return LoaderSource(dataset, selected, genes, cache_dir, verify)
 
 
-def _from_anndata(adata: ad.AnnData) -> tuple[Dataset, Any, np.ndarray | None, dict[str, Any]]:
+def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndarray | None, dict[str, Any]]:
     """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows and genes."""
     from deltacells.io import TiledCSRDataset
     from deltacells.io._assemble import counts_of

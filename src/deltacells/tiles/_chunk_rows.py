@@ -67,6 +67,7 @@ def read_rows_by_chunk(
     cuts: np.ndarray | None = None,
     threads: int | None = None,
     fetched: Callable[[int], Future[bytes] | None] | None = None,
+    n_columns: int | None = None,
 ) -> tuple[list[sparse.csr_matrix], bool]:
     """Cells ``rows``, in that order, as CSR matrices: each chunk holding one decoded once, past the tile cache.
 
@@ -93,6 +94,8 @@ def read_rows_by_chunk(
     fetched
         ``fetched(tile)``: the fetch of a tile being read whole already (its bytes checked whole, CRC-32
         included, as a tile read whole here), or None to read it here; None: every tile read here.
+    n_columns
+        Columns of the matrices (default: the stored genes'); ``columns`` maps into them.
 
     Returns
     -------
@@ -141,7 +144,7 @@ def read_rows_by_chunk(
         large = [future.result() for future in futures]  # every one (a failed decode raises here)
     else:
         large = [decode(*job) for job in jobs]
-    return outputs.matrices(manifest.n_genes), any(large)
+    return outputs.matrices(manifest.n_genes if n_columns is None else n_columns), any(large)
 
 
 class _Outputs:

@@ -202,3 +202,28 @@ def sort_output_rows(
     futures = [shared_pool().submit(sort_rows, indptr, a, b, 0, indices, data, n_columns) for a, b in tasks]
     for future in futures:
         future.result()
+
+
+@kernel
+def drop_dropped_columns(indptr, indices, data, limit):  # pragma: no cover
+    """Remove, in place, every nonzero whose column is ``limit`` or more; rewrite ``indptr``; return the new nnz.
+
+    For rows mapped into a joined gene space where the genes left out (an inner join's) map to ``limit``: once
+    each row is sorted they are its last nonzeros, so each row keeps a prefix, moved down over the gaps. One
+    pass, no allocation; ``indptr[0]`` stays where it is.
+    """
+    write = indptr[0]
+    lo = indptr[0]
+    for r in range(indptr.shape[0] - 1):
+        hi = indptr[r + 1]
+        kept = lo
+        while kept < hi and indices[kept] < limit:
+            kept += 1
+        if write != lo:
+            for j in range(lo, kept):
+                indices[write + j - lo] = indices[j]
+                data[write + j - lo] = data[j]
+        write += kept - lo
+        indptr[r + 1] = write
+        lo = hi
+    return write - indptr[0]

@@ -1,0 +1,268 @@
+"""Several datasets read as one: their cells one after another, their genes joined (DECISIONS.md 16).
+
+Each member is a :class:`Dataset` whose columns are already those of the join (:meth:`Dataset.with_columns`:
+its stored genes mapped while they decode, an inner join's extra genes left out, an outer join's missing
+ones empty), so a member's rows come out in the collection's columns. A read splits the cells by member,
+reads each member's share (only the tiles holding them), and stacks the parts in the order asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import sparse
+
+from deltacells.dataset._indexing import normalize_rows
+from deltacells.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from deltacells.dataset._dataset import Dataset
+
+__all__ = ["Collection"]
+
+
+class Collection:
+    """Datasets read as one matrix: the cells of the first, then of the second..., in the same columns.
+
+    Cheap to pickle (to its members' stores and manifests). :func:`~deltacells.read_deltacells` of a list of
+    datasets makes one; its lazy X reads through :meth:`read_rows` as it would through a :class:`Dataset`'s.
+
+    Parameters
+    ----------
+    members
+        The datasets, each read into the collection's columns (:meth:`Dataset.with_columns`, or as stored when
+        its genes are the collection's): all of the same :attr:`~Dataset.n_genes`.
+
+    Raises
+    ------
+    InvalidValueError
+        If there is no member, or their columns differ in number.
+    """
+
+    def __init__(self, members: Sequence[Dataset]) -> None:
+        members = list(members)
+        if not members:
+            msg = "a collection needs at least one dataset"
+            raise InvalidValueError(msg)
+        widths = {member.n_genes for member in members}
+        if len(widths) != 1:
+            msg = f"a collection's datasets must be read into the same columns, got {sorted(widths)} columns"
+            raise InvalidValueError(msg)
+        self.members = members
+        self.offsets = np.zeros(len(members) + 1, dtype=np.int64)
+        np.cumsum([member.n_cells for member in members], out=self.offsets[1:])
+
+    def __repr__(self) -> str:
+        return f"Collection({len(self.members)} datasets, n_cells={self.n_cells}, n_genes={self.n_genes})"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_cells, n_genes)``."""
+        return (self.n_cells, self.n_genes)
+
+    @property
+    def n_cells(self) -> int:
+        """Cells of all the datasets."""
+        return int(self.offsets[-1])
+
+    @property
+    def n_genes(self) -> int:
+        """Columns of the join."""
+        return self.members[0].n_genes
+
+    @property
+    def n_tiles(self) -> int:
+        """Tiles of all the datasets."""
+        return sum(member.n_tiles for member in self.members)
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros stored in the datasets' tiles (an inner join reads fewer: the genes it leaves out)."""
+        return sum(member.nnz for member in self.members)
+
+    @property
+    def url(self) -> str:
+        """Where the datasets are: the first one's URL, and how many more."""
+        more = len(self.members) - 1
+        return self.members[0].url + (f" and {more} more" if more else "")
+
+    @property
+    def tile_size(self) -> int:
+        """The largest tile size of the datasets (a reader's natural block of cells)."""
+        return max(member.tile_size for member in self.members)
+
+    def member_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The member holding each cell of the collection, and the cell's number in it."""
+        cells = np.asarray(cells, dtype=np.int64)
+        members = np.searchsorted(self.offsets, cells, side="right") - 1
+        return members, cells - self.offsets[members]
+
+    def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike = np.float32) -> sparse.csr_matrix:
+        """Read the cells selected by ``index`` as a CSR matrix, in the requested order.
+
+        As :meth:`Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
+        step 1) reads each member's range by its fast path of whole tiles.
+        """
+        return self._read(index, lambda member, rows: member.read_rows(rows, dtype=dtype), dtype)
+
+    def read_rows_uncached(
+        self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
+    ) -> sparse.csr_matrix:
+        """As :meth:`Dataset.read_rows_uncached`, in each member holding some of the cells."""
+
+        def read(member: Dataset, rows: Any) -> sparse.csr_matrix:
+            return member.read_rows_uncached(rows, dtype=dtype, sort_columns=sort_columns)
+
+        return self._read(index, read, dtype)
+
+    def _read(self, index: Any, read: Any, dtype: DTypeLike) -> sparse.csr_matrix:
+        rows = normalize_rows(index, self.n_cells)
+        if isinstance(rows, slice) and rows.step == 1:
+            first, last = np.searchsorted(self.offsets, [rows.start, max(rows.start, rows.stop - 1)], side="right") - 1
+            parts = [
+                read(self.members[m], slice(max(rows.start, lo) - lo, min(rows.stop, hi) - lo))
+                for m, lo, hi in ((m, int(self.offsets[m]), int(self.offsets[m + 1])) for m in range(first, last + 1))
+                if min(rows.stop, hi) > max(rows.start, lo)
+            ]
+            return self._stacked(parts, dtype)
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+        members, local = self.member_of(rows)
+        changes = np.flatnonzero(members[1:] != members[:-1]) + 1
+        starts = np.concatenate(([0], changes)) if rows.shape[0] else np.zeros(0, dtype=np.int64)
+        if np.unique(members[starts]).shape[0] == starts.shape[0]:  # each member's cells asked in one run
+            ends = np.append(starts[1:], rows.shape[0])
+            parts = [read(self.members[int(members[a])], local[a:b]) for a, b in zip(starts, ends, strict=True)]
+            return self._stacked(parts, dtype)
+        # Members interleaved: each member's cells read at once (in the order asked), the rows put back in order.
+        order = np.argsort(members, kind="stable")
+        grouped = members[order]
+        bounds = np.flatnonzero(np.diff(grouped)) + 1
+        pieces = np.split(order, bounds)
+        parts = [read(self.members[int(members[piece[0]])], local[piece]) for piece in pieces]
+        back = np.empty_like(order)
+        back[order] = np.arange(order.shape[0])
+        matrix = self._stacked(parts, dtype)[back]
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
+        return matrix
+
+    def _stacked(
+        self, parts: list[sparse.csr_matrix], dtype: DTypeLike, *, canonical: bool = True
+    ) -> sparse.csr_matrix:
+        if not parts:
+            return sparse.csr_matrix((0, self.n_genes), dtype=dtype)
+        if len(parts) == 1:
+            return parts[0]
+        matrix = sparse.vstack(parts, format="csr")
+        if canonical:  # each part's rows are canonical, and so are they together
+            matrix.has_sorted_indices = True
+            matrix.has_canonical_format = True
+        return matrix
+
+    # ------------------------------------------------------------------ what a training loader reads
+
+    @property
+    def threads(self) -> int | None:
+        """Threads decoding tiles (the first dataset's setting)."""
+        return self.members[0].threads
+
+    @property
+    def is_local(self) -> bool:
+        """Whether every dataset is on a local disk."""
+        return all(member.store.is_local for member in self.members)
+
+    @property
+    def tile_offsets(self) -> np.ndarray:
+        """``int64[n_members + 1]``: the collection's number of each dataset's first tile, then :attr:`n_tiles`."""
+        offsets = np.zeros(len(self.members) + 1, dtype=np.int64)
+        np.cumsum([member.n_tiles for member in self.members], out=offsets[1:])
+        return offsets
+
+    @property
+    def tile_starts(self) -> np.ndarray:
+        """``int64[n_tiles]``: the first cell of each tile of each dataset, in the collection's cell numbers."""
+        return np.concatenate(
+            [
+                np.asarray(m.manifest.starts, dtype=np.int64) + o
+                for m, o in zip(self.members, self.offsets, strict=False)
+            ]
+        )
+
+    @property
+    def tile_cells(self) -> np.ndarray:
+        """``int64[n_tiles]``: the cells of each tile of each dataset."""
+        return np.concatenate([np.asarray(m.manifest.tile_cells, dtype=np.int64) for m in self.members])
+
+    @property
+    def tile_bytes(self) -> np.ndarray:
+        """``int64[n_tiles]``: the bytes of each tile of each dataset."""
+        return np.concatenate([np.asarray(m.manifest.tile_bytes, dtype=np.int64) for m in self.members])
+
+    def chunk_starts(self, cache_dir: Any = None) -> np.ndarray:
+        """The first cell of each chunk of each dataset's tiles (in the collection's numbers), then :attr:`n_cells`.
+
+        See :meth:`Dataset.chunk_starts`.
+        """
+        parts = [m.chunk_starts(cache_dir)[:-1] + o for m, o in zip(self.members, self.offsets, strict=False)]
+        return np.concatenate([*parts, [self.n_cells]]).astype(np.int64)
+
+    def submit_tile_fetch(self, tile: int) -> Any:
+        """Start fetching the collection's tile ``tile`` whole (:meth:`Dataset.submit_tile_fetch`)."""
+        offsets = self.tile_offsets
+        member = int(np.searchsorted(offsets, tile, side="right")) - 1
+        return self.members[member].submit_tile_fetch(int(tile - offsets[member]))
+
+    def read_row_batches(
+        self,
+        index: Any,
+        cuts: Any,
+        *,
+        dtype: DTypeLike = np.float32,
+        sort_columns: bool = True,
+        threads: int | None = None,
+        fetched: Any = None,
+    ) -> list[sparse.csr_matrix]:
+        """As :meth:`Dataset.read_row_batches`: each dataset's cells read at once, then cut into the matrices.
+
+        ``fetched`` takes the collection's tile numbers (:meth:`submit_tile_fetch`).
+        """
+        rows = normalize_rows(index, self.n_cells)
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+        n = rows.shape[0]
+        cuts = np.array([0, n], dtype=np.int64) if cuts is None else np.asarray(cuts, dtype=np.int64)
+        members, local = self.member_of(rows)
+        order = np.argsort(members, kind="stable")
+        pieces = np.split(order, np.flatnonzero(np.diff(members[order])) + 1) if n else []
+        tile_offsets = self.tile_offsets
+        parts = []
+        for piece in pieces:
+            m = int(members[piece[0]])
+
+            def in_member(tile: int, offset: int = int(tile_offsets[m])) -> Any:
+                return fetched(tile + offset)
+
+            (part,) = self.members[m].read_row_batches(
+                local[piece], None, dtype=dtype, sort_columns=sort_columns, threads=threads,
+                fetched=None if fetched is None else in_member,
+            )  # fmt: skip
+            parts.append(part)
+        if len(parts) == 1 and pieces[0].shape[0] == n and bool(np.all(pieces[0] == np.arange(n))):
+            stacked, back = parts[0], None  # one dataset, rows in order
+        else:
+            stacked = self._stacked(parts, dtype, canonical=sort_columns)
+            back = np.empty_like(order)
+            back[order] = np.arange(n)
+        matrices = []
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            matrix = stacked[a:b] if back is None else stacked[back[a:b]]
+            if sort_columns:
+                matrix.has_sorted_indices = True
+                matrix.has_canonical_format = True
+            matrices.append(matrix)
+        return matrices

@@ -1,0 +1,311 @@
+"""``read_deltacells`` of several datasets (DECISIONS.md 16): one lazy AnnData over a collection.
+
+The datasets are opened at once (their manifests and gene tables fetched concurrently), their genes joined
+as :func:`anndata.concat` joins them (the intersection or the union of the var names, or of a var column),
+and each is read into the join's columns by the decode kernels (:meth:`~deltacells.Dataset.with_columns`).
+obs is each dataset's, joined by :func:`anndata.concat` itself (its columns, categories and ``label``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from deltacells.dataset import Collection, Dataset, open_dataset
+from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
+from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["JOINS", "OpenCollection", "is_collection", "open_collection", "read_collection"]
+
+#: How the genes of a collection's datasets are joined (as :func:`anndata.concat`'s ``join``).
+JOINS = ("inner", "outer")
+
+#: Datasets opened at once (their manifests and gene tables fetched concurrently).
+OPEN_CONCURRENCY = 32
+
+
+def is_collection(path: Any) -> bool:
+    """Whether ``read_deltacells``'s ``path`` names several datasets (a list or tuple of them)."""
+    return isinstance(path, (list, tuple))
+
+
+@dataclass(frozen=True)
+class OpenCollection:
+    """Datasets opened as one: the collection read in the join's columns, and what made it.
+
+    Attributes
+    ----------
+    collection
+        The members, each reading its cells into the join's columns.
+    datasets
+        The members as opened (stored gene order), for their obs.
+    genes
+        The join's genes (var names, or ``var_key``'s values).
+    keys
+        Each dataset's name (``label``'s categories).
+    join, var_key
+        As asked.
+    """
+
+    collection: Collection
+    datasets: list[Dataset]
+    genes: pd.Index
+    keys: list[str]
+    join: str
+    var_key: str | None
+
+
+def open_collection(
+    sources: Sequence[Any],
+    *,
+    join: str = "inner",
+    keys: Sequence[str] | None = None,
+    var_key: str | None = None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
+    threads: int | None = None,
+    io_concurrency: int | None = None,
+) -> OpenCollection:
+    """Open datasets as one: their manifests and gene tables read concurrently, their genes joined.
+
+    Raises
+    ------
+    InvalidValueError
+        For another ``join``, ``keys`` or ``storage_options`` of another length, keys that repeat, var names
+        (or ``var_key`` values) that repeat in a dataset, or an inner join with no gene in common.
+    UnknownKeyError
+        If ``var_key`` is not a var column of every dataset.
+    """
+    if join not in JOINS:
+        msg = f"join must be 'inner' or 'outer' (as anndata.concat's), got {join!r}"
+        raise InvalidValueError(msg)
+    sources = list(sources)
+    if not sources:
+        msg = "a collection needs at least one dataset"
+        raise InvalidValueError(msg)
+    options = _per_dataset(storage_options, len(sources))
+    names = _keys(sources, keys)
+    # One bound for the decoded tiles of them all, shared out.
+    cache_each = max(0, int(tile_cache_bytes) // len(sources))
+
+    def opened(k: int) -> tuple[Dataset, pd.Index, pd.Index]:
+        source = sources[k]
+        if isinstance(source, Dataset):
+            dataset = source.with_gene_order("stored")
+        elif isinstance(source, (str, os.PathLike)):
+            dataset = open_dataset(
+                source,
+                storage_options=options[k],
+                tile_cache_bytes=cache_each,
+                threads=threads,
+                io_concurrency=io_concurrency,
+            )
+        else:
+            msg = f"a collection's datasets are paths, URLs or deltacells Datasets; dataset {k} is a {type(source)}"
+            raise InvalidTypeError(msg)
+        stored, original = _gene_keys(dataset, var_key, names[k])
+        return dataset, stored, original
+
+    with ThreadPoolExecutor(min(OPEN_CONCURRENCY, len(sources)), thread_name_prefix="deltacells-open") as pool:
+        members = list(pool.map(opened, range(len(sources))))
+    genes = _joined([original for _, _, original in members], join)
+    if genes.shape[0] == 0 and join == "inner":
+        msg = (
+            f"the {len(sources)} datasets have no gene in common (join='inner'); use join='outer', or var_key= to "
+            "join on another var column"
+        )
+        raise InvalidValueError(msg)
+    width = int(genes.shape[0])
+    readers = []
+    for dataset, stored, _ in members:
+        columns = genes.get_indexer(stored).astype(np.int32)
+        same = width == dataset.n_genes and bool(np.array_equal(columns, np.arange(width)))
+        readers.append(dataset if same else dataset.with_columns(columns, width))
+    datasets = [dataset for dataset, _, _ in members]
+    return OpenCollection(Collection(readers), datasets, genes, names, join, var_key)
+
+
+def read_collection(
+    sources: Sequence[Any],
+    *,
+    join: str,
+    label: str | None,
+    keys: Sequence[str] | None,
+    var_key: str | None,
+    index_unique: str | None,
+    storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
+    obs_columns: Sequence[str] | None,
+    obs_names: bool,
+    cache_dir: Any,
+    verify_obs: bool,
+    tile_cache_bytes: int,
+    threads: int | None,
+    io_concurrency: int | None,
+    lazy_obs: bool | None,
+) -> tuple[Collection, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
+
+    Raises
+    ------
+    InvalidValueError
+        As :func:`open_collection`, and for ``lazy_obs=True``.
+    UnknownKeyError
+        As :func:`open_collection`, and for an obs column no dataset has.
+    """
+    if lazy_obs:
+        msg = (
+            "a collection's obs is read into memory (lazy_obs=True is for one dataset); pass obs_columns= to read "
+            "only the columns needed"
+        )
+        raise InvalidValueError(msg)
+    opened = open_collection(
+        sources, join=join, keys=keys, var_key=var_key, storage_options=storage_options,
+        tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
+    )  # fmt: skip
+    obs = _joined_obs(
+        opened.datasets,
+        opened.keys,
+        join=join,
+        label=label,
+        index_unique=index_unique,
+        columns=obs_columns,
+        obs_names=obs_names,
+        cache_dir=cache_dir,
+        verify=verify_obs,
+    )
+    var = pd.DataFrame(index=opened.genes)
+    entry: dict[str, Any] = {
+        "datasets": [dataset.url for dataset in opened.datasets],
+        "keys": opened.keys,
+        "join": join,
+        "counts": "X",
+        "columns": "joined",
+    }
+    if label is not None:
+        entry["label"] = label
+    if var_key is not None:
+        entry["var_key"] = var_key
+    if cache_dir is not None:
+        entry["cache_dir"] = os.fspath(cache_dir)
+    return opened.collection, obs, var, entry
+
+
+def _per_dataset(storage_options: Any, n: int) -> list[dict[str, Any] | None]:
+    """``storage_options`` for each dataset: the same dict for all, or one (or None) each."""
+    if storage_options is None or isinstance(storage_options, dict):
+        return [storage_options] * n
+    options = list(storage_options)
+    if len(options) != n:
+        msg = f"storage_options must be one dict for all the datasets or one per dataset ({n}), got {len(options)}"
+        raise InvalidValueError(msg)
+    return options
+
+
+def _keys(sources: list[Any], keys: Sequence[str] | None) -> list[str]:
+    """The datasets' keys (``label``'s categories): as given, or their names (folders, without ``.deltacells``)."""
+    if keys is None:
+        names = [_name_of(source) for source in sources]
+        if len(set(names)) != len(names):
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            msg = f"datasets share a name ({', '.join(repeated[:3])}): pass keys= to name each one"
+            raise InvalidValueError(msg)
+        return names
+    if isinstance(keys, str):
+        msg = f"keys must be a sequence of names, one per dataset, not the string {keys!r}"
+        raise InvalidTypeError(msg)
+    names = [str(key) for key in keys]
+    if len(names) != len(sources):
+        msg = f"keys names {len(names)} datasets, but there are {len(sources)}"
+        raise InvalidValueError(msg)
+    if len(set(names)) != len(names):
+        msg = "keys must not repeat: they say which dataset each cell came from"
+        raise InvalidValueError(msg)
+    return names
+
+
+def _name_of(source: Any) -> str:
+    url = source.url if isinstance(source, Dataset) else os.fspath(source)
+    name = PurePosixPath(str(url).replace("\\", "/").rstrip("/").split("://", 1)[-1]).name
+    return name.removesuffix(".deltacells") or name
+
+
+def _gene_keys(dataset: Dataset, var_key: str | None, name: str) -> tuple[pd.Index, pd.Index]:
+    """The keys the genes are joined on (var names, or ``var_key``'s values): in stored order, and as written."""
+    from deltacells.io._frames import in_column_order, read_var
+
+    var = read_var(dataset)  # stored order
+    if var_key is None:
+        stored = pd.Index(var.index.astype(str))
+    elif var_key not in var.columns:
+        msg = f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {list(var.columns)}"
+        raise UnknownKeyError(msg)
+    else:
+        stored = pd.Index(var[var_key].astype(str).to_numpy())
+    if not stored.is_unique:
+        repeated = stored[stored.duplicated()].unique()[:3].tolist()
+        what = "var names" if var_key is None else f"values of var column {var_key!r}"
+        msg = f"dataset {name!r}: its {what} repeat ({', '.join(map(str, repeated))}): a join needs them unique"
+        raise InvalidValueError(msg)
+    original = in_column_order(pd.DataFrame(index=stored), dataset.with_gene_order("original")).index
+    return stored, original
+
+
+def _joined(indexes: list[pd.Index], join: str) -> pd.Index:
+    """The genes of the join, as :func:`anndata.concat` finds them (pandas' ``intersection`` or ``union``)."""
+    if join == "inner":
+        return reduce(lambda x, y: x.intersection(y), indexes)
+    return reduce(lambda x, y: x.union(y), indexes)
+
+
+def _joined_obs(
+    datasets: list[Dataset],
+    names: list[str],
+    *,
+    join: str,
+    label: str | None,
+    index_unique: str | None,
+    columns: Sequence[str] | None,
+    obs_names: bool,
+    cache_dir: Any,
+    verify: bool,
+) -> pd.DataFrame:
+    """Each dataset's obs, joined by :func:`anndata.concat` (columns, categories, the ``label`` column)."""
+    import anndata as ad
+
+    from deltacells.io._frames import read_obs_frame
+
+    frames = []
+    for dataset in datasets:
+        wanted = columns
+        if columns is not None and not isinstance(columns, str):
+            stored = set(_stored_obs_columns(dataset, cache_dir=cache_dir, verify=verify))
+            wanted = [column for column in columns if column in stored]
+        frames.append(read_obs_frame(dataset, wanted, obs_names=obs_names, cache_dir=cache_dir, verify=verify))
+    if columns is not None and not isinstance(columns, str):
+        found = {column for frame in frames for column in frame.columns}
+        missing = [column for column in columns if column not in found]
+        if missing:
+            msg = f"no dataset of the collection has obs column(s) {missing}"
+            raise UnknownKeyError(msg)
+    parts = [ad.AnnData(obs=frame) for frame in frames]
+    joined = ad.concat(parts, join=join, label=label, keys=names, index_unique=index_unique)
+    return joined.obs
+
+
+def _stored_obs_columns(dataset: Dataset, *, cache_dir: Any, verify: bool) -> list[str]:
+    if not dataset.manifest.has_obs:
+        return []
+    from deltacells.obs import ObsStore
+
+    return ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify).columns

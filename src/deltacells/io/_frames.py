@@ -1,0 +1,100 @@
+"""A dataset's obs and var as pandas frames: the gene table in either gene order, obs columns from the cache."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from deltacells.errors import InvalidTypeError, UnknownKeyError
+from deltacells.io._names import default_names
+from deltacells.io._var_frame import var_frame
+
+if TYPE_CHECKING:
+    from deltacells.dataset import Dataset
+
+__all__ = ["default_names_of", "in_column_order", "obs_store_and_columns", "read_obs_frame", "read_var"]
+
+
+def read_var(dataset: Dataset) -> pd.DataFrame:
+    """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``."""
+    n_genes = dataset.n_genes
+    table = dataset.var_table()
+    if table is not None:
+        var = var_frame(table)
+        if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
+            var.index = var.index.astype(str)
+        else:
+            names = dataset.var_names()
+            var.index = pd.Index(names if names is not None else [str(i) for i in range(n_genes)])
+        return var
+    names = dataset.var_names()
+    return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
+
+
+def default_names_of(n: int) -> pd.Index:
+    """``"0" .. "n-1"`` as anndata names cells by default, built without a Python loop."""
+    return default_names(np.arange(n, dtype=np.int64))
+
+
+def obs_store_and_columns(
+    dataset: Dataset, columns: Sequence[str] | None, *, cache_dir: Any, verify: bool
+) -> tuple[Any, list[str]]:
+    """The dataset's :class:`~deltacells.obs.ObsStore` (``None`` without obs) and the columns asked for, checked."""
+    if isinstance(columns, str):
+        msg = f"obs columns must be a list of column names, not the string {columns!r}"
+        raise InvalidTypeError(msg)
+    if not dataset.manifest.has_obs:
+        if columns:
+            msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"
+            raise UnknownKeyError(msg)
+        return None, []
+    from deltacells.obs import ObsStore
+
+    obs_store = ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify)
+    available = list(obs_store.columns)
+    if columns is None:
+        return obs_store, available
+    wanted = list(columns)
+    missing = [c for c in wanted if c not in available]
+    if missing:
+        msg = f"obs column(s) {missing} are not in {dataset.store.url}; it has {available}"
+        raise UnknownKeyError(msg)
+    return obs_store, wanted
+
+
+def read_obs_frame(
+    dataset: Dataset,
+    columns: Sequence[str] | None,
+    *,
+    obs_names: bool,
+    cache_dir: str | os.PathLike[str] | None,
+    verify: bool,
+) -> pd.DataFrame:
+    """A dataset's obs columns ``columns`` (None: all) as a pandas frame, from the local cache.
+
+    Its index is the stored cell names with ``obs_names`` (and when there are some), else ``"0" .. "n-1"``.
+    """
+    n_cells = dataset.n_cells
+    if columns is not None and len(columns) == 0 and not obs_names and not isinstance(columns, str):
+        return pd.DataFrame(index=default_names_of(n_cells))
+    obs_store, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
+    if obs_store is None or (not wanted and not obs_names):
+        return pd.DataFrame(index=default_names_of(n_cells))
+    frame = obs_store.to_dataframe(wanted)
+    if not obs_names:
+        frame.index = default_names_of(n_cells)
+    return frame
+
+
+def in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
+    """``var`` (stored order) in the order of the dataset's columns (the original order, if it reads in it)."""
+    order = dataset.gene_order() if dataset.gene_order_mode == "original" else None
+    if order is None:
+        return var
+    stored_of = np.empty_like(order)  # the inverse permutation, without a sort
+    stored_of[order] = np.arange(order.shape[0], dtype=order.dtype)
+    return var.iloc[stored_of]
