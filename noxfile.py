@@ -108,6 +108,8 @@ def bench(session: nox.Session) -> None:
         "bench_scale",
         "bench_atlas_idioms",
         "bench_extras",
+        "bench_collection",
+        "bench_collection_open",
         "bench_dask",
     ):
         session.run("python", f"benchmarks/{script}.py", *quick)

@@ -125,13 +125,41 @@ def test_keys_label_index_unique_and_var_key(studies, tmp_path: Path) -> None:
     assert list(named.obs["dataset"].cat.categories) == ["a", "b", "c"]  # folder names, without .deltacells
 
 
+@pytest.mark.parametrize("join", ["inner", "outer"])
+@pytest.mark.parametrize("index_unique", [None, "-"])
+def test_a_lazy_obs_gives_what_the_eager_one_gives(studies, tmp_path: Path, join: str, index_unique) -> None:
+    """Above the threshold (here: asked for) obs is lazy over the datasets' caches; its reads equal the eager's."""
+    _, paths = studies
+    options = {"join": join, "index_unique": index_unique, "cache_dir": tmp_path / "cache"}
+    eager = deltacells.read_deltacells(paths, lazy_obs=False, **options)
+    lazy = deltacells.read_deltacells(paths, lazy_obs=True, **options)
+    assert not isinstance(lazy.obs, pd.DataFrame)
+    assert list(lazy.obs.columns) == list(eager.obs.columns)
+    assert dict(lazy.obs.dtypes) == dict(eager.obs.dtypes)
+    for column in eager.obs.columns:
+        pd.testing.assert_series_equal(lazy.obs[column], eager.obs[column], check_index=False)
+    cells = np.random.default_rng(2).choice(eager.n_obs, 80, replace=False)
+    memory, expected = lazy[cells].to_memory(), eager[cells].to_memory()
+    pd.testing.assert_frame_equal(memory.obs, expected.obs)
+    assert (memory.X != expected.X).nnz == 0
+    mask = (lazy.obs["dataset"] == "b").to_numpy()
+    assert list(lazy[mask].obs_names) == list(eager[mask].obs_names)
+    names = list(eager.obs_names[[5, N_CELLS[0] + 3, sum(N_CELLS) - 1]])
+    assert list(lazy[names].obs_names) == names  # found by name across the datasets
+
+
 def test_obs_columns_asked_for(studies, tmp_path: Path) -> None:
     _, paths = studies
     got = deltacells.read_deltacells(paths, join="outer", obs_columns=["pct_mito"], cache_dir=tmp_path / "c")
     assert list(got.obs.columns) == ["pct_mito", "dataset"]
     assert got.obs["pct_mito"].iloc[N_CELLS[0] : N_CELLS[0] + N_CELLS[1]].isna().all()  # b has none
-    with pytest.raises(UnknownKeyError, match="no dataset of the collection has obs column"):
-        deltacells.read_deltacells(paths, obs_columns=["nope"], cache_dir=tmp_path / "c")
+    for lazy in (False, True):
+        with pytest.raises(UnknownKeyError, match="no dataset of the collection has obs column"):
+            deltacells.read_deltacells(paths, obs_columns=["nope"], cache_dir=tmp_path / "c", lazy_obs=lazy)
+    lazy = deltacells.read_deltacells(
+        paths, join="outer", obs_columns=["pct_mito"], cache_dir=tmp_path / "c", lazy_obs=True
+    )
+    assert list(lazy.obs.columns) == ["pct_mito", "dataset"]
 
 
 def test_a_merged_dataset_and_pickles(studies, tmp_path: Path) -> None:
@@ -183,8 +211,6 @@ def test_mismatches_are_clear_errors(studies, tmp_path: Path) -> None:
         deltacells.read_deltacells([paths[0], tmp_path / "repeated"], var_key="ensembl", cache_dir=cache)
     with pytest.raises(InvalidValueError, match="gene_order='stored' is for one dataset"):
         deltacells.read_deltacells(paths, gene_order="stored", cache_dir=cache)
-    with pytest.raises(InvalidValueError, match="lazy_obs=True is for one dataset"):
-        deltacells.read_deltacells(paths, lazy_obs=True, cache_dir=cache)
     with pytest.raises(InvalidValueError, match="one per dataset"):
         deltacells.read_deltacells(paths, storage_options=[{}, {}], cache_dir=cache)
     with pytest.raises(TypeError, match="a collection of datasets: read it again"):

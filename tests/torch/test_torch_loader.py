@@ -254,3 +254,32 @@ def test_ranks_of_torch_distributed_share_the_cells(path, tmp_path):
     cells = [np.concatenate(out["cells"]) for out in outs]
     assert np.intersect1d(cells[0], cells[1]).shape[0] == 0
     np.testing.assert_array_equal(np.sort(np.concatenate(cells)), np.arange(N_CELLS))
+
+
+# ---------------------------------------------------------------------- a collection of datasets
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_collection_through_workers_gives_each_cell_once(tmp_path, context):
+    """Three datasets read as one (their genes joined): across two ranks, each with two workers, every cell once."""
+    rng = np.random.default_rng(3)
+    studies, paths = [], []
+    for k, n in enumerate((700, 500, 400)):
+        study = synthetic_counts(n, 50, seed=k)
+        study.var_names = [f"G{g}" for g in rng.permutation(60)[:50]]
+        study.obs_names = [f"s{k}-{i}" for i in range(n)]
+        path = tmp_path / f"study{k}.deltacells"
+        deltacells.write_deltacells(study, path, tile_size=128, progress=False)
+        studies.append(study)
+        paths.append(path)
+    expected = sparse.csr_matrix(ad.concat(studies, join="inner").X, dtype=np.float32)
+    seen = []
+    for rank in range(2):
+        load = CellLoader(
+            paths, batch_size=64, rank=rank, world_size=2, obs_columns=["dataset"], cache_dir=tmp_path / "cache"
+        )
+        for batch in load.dataloader(num_workers=2, multiprocessing_context=context):
+            np.testing.assert_array_equal(batch.X.toarray(), expected[batch.index].toarray())
+            np.testing.assert_array_equal(batch.obs["dataset"], np.searchsorted([700, 1200], batch.index, side="right"))
+            seen.append(batch.index)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(1600))

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._memory import empty
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidValueError
+from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -86,7 +88,7 @@ class Collection:
 
     @property
     def url(self) -> str:
-        """Where the datasets are: the first one's URL, and how many more."""
+        """Where the datasets are (the first one's URL, and how many more)."""
         more = len(self.members) - 1
         return self.members[0].url + (f" and {more} more" if more else "")
 
@@ -107,7 +109,49 @@ class Collection:
         As :meth:`Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
         step 1) reads each member's range by its fast path of whole tiles.
         """
-        return self._read(index, lambda member, rows: member.read_rows(rows, dtype=dtype), dtype)
+        rows = normalize_rows(index, self.n_cells)
+        if isinstance(rows, slice) and rows.step == 1 and rows.stop > rows.start and np.dtype(dtype) in DIRECT_DTYPES:
+            matrix = self._read_range(rows.start, rows.stop, np.dtype(dtype))
+            if matrix is not None:
+                return matrix
+        return self._read(rows, lambda member, part: member.read_rows(part, dtype=dtype), dtype)
+
+    def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
+        """Cells ``start .. stop - 1`` of every dataset they span decoded into one output, each after the other.
+
+        The output is allocated once, for the nonzeros of the tiles holding the cells (the manifests'; an inner
+        join's reads hold fewer), and each dataset writes its rows right after the previous one's
+        (:meth:`Dataset.read_range_into`): no array per dataset, no stacking copy. None when the output would
+        need 64-bit indices (the general path then reads it).
+        """
+        spans = self._spans(start, stop)
+        capacity = sum(self.members[m].range_capacity(a, b) for m, a, b in spans)
+        if capacity >= 2**31:
+            return None
+        indptr = np.empty(stop - start + 1, dtype=np.int64)
+        indices, data = empty(capacity, np.int32), empty(capacity, dtype)
+        row = nnz = 0
+        for m, a, b in spans:
+            view = indptr[row : row + b - a + 1]
+            written = self.members[m].read_range_into(a, b, dtype, view, indices[nnz:], data[nnz:])
+            view += nnz  # its row pointers, counted from its first nonzero: from the output's
+            row, nnz = row + b - a, nnz + written
+        matrix = sparse.csr_matrix((stop - start, self.n_genes), dtype=dtype)
+        # The arrays set as they are: scipy's constructor would copy views of a larger allocation.
+        matrix.indptr, matrix.indices, matrix.data = indptr.astype(np.int32), indices[:nnz], data[:nnz]
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
+        return matrix
+
+    def _spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """The members holding cells ``start .. stop - 1``, and each one's range of them: ``(member, a, b)``."""
+        first, last = np.searchsorted(self.offsets, [start, stop - 1], side="right") - 1
+        spans = []
+        for m in range(int(first), int(last) + 1):
+            lo, hi = int(self.offsets[m]), int(self.offsets[m + 1])
+            if min(stop, hi) > max(start, lo):
+                spans.append((m, max(start, lo) - lo, min(stop, hi) - lo))
+        return spans
 
     def read_rows_uncached(
         self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
@@ -122,12 +166,7 @@ class Collection:
     def _read(self, index: Any, read: Any, dtype: DTypeLike) -> sparse.csr_matrix:
         rows = normalize_rows(index, self.n_cells)
         if isinstance(rows, slice) and rows.step == 1:
-            first, last = np.searchsorted(self.offsets, [rows.start, max(rows.start, rows.stop - 1)], side="right") - 1
-            parts = [
-                read(self.members[m], slice(max(rows.start, lo) - lo, min(rows.stop, hi) - lo))
-                for m, lo, hi in ((m, int(self.offsets[m]), int(self.offsets[m + 1])) for m in range(first, last + 1))
-                if min(rows.stop, hi) > max(rows.start, lo)
-            ]
+            parts = [read(self.members[m], slice(a, b)) for m, a, b in self._spans(rows.start, rows.stop)]
             return self._stacked(parts, dtype)
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)

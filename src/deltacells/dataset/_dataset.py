@@ -171,7 +171,7 @@ class Dataset:
 
     @property
     def n_genes(self) -> int:
-        """Number of genes (columns) of the rows read: the stored ones, or those of :meth:`with_columns`."""
+        """Number of genes (columns) of the rows read (the stored ones, or those of :meth:`with_columns`)."""
         return self._n_columns
 
     @property
@@ -485,6 +485,49 @@ class Dataset:
         with no intermediate arrays (:meth:`TileReader.read_into`), and are not cached. Returns None when the
         output needs 64-bit indices (the general path then reads it).
         """
+        plan = self._range_plan(start, stop)
+        nnz = int(plan[-1][-1])
+        if nnz >= 2**31:  # 64-bit indices (scipy's rule): the general path
+            return None
+        out_indptr = np.empty(stop - start + 1, dtype=np.int64)
+        out_indices, out_data = _empty_output(nnz, dtype)
+        self._fill_range(plan, dtype, out_indptr, out_indices, out_data)
+        return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
+
+    def range_capacity(self, start: int, stop: int) -> int:
+        """The most nonzeros cells ``start .. stop - 1`` hold: those of the tiles holding them (the manifest's)."""
+        first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
+        return int(self.manifest.tile_nnz[first : last + 1].sum())
+
+    def read_range_into(
+        self,
+        start: int,
+        stop: int,
+        dtype: DTypeLike,
+        out_indptr: np.ndarray,
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+    ) -> int:
+        """Cells ``start .. stop - 1`` written into given arrays (as a range is read), and the nonzeros written.
+
+        For a reader that puts several datasets' rows into one output (a collection's full read): no array of
+        this dataset's own, no copy after. ``out_indptr`` (``int64``, ``stop - start + 1`` entries) gets the
+        row pointers counted from the first nonzero written (``out_indptr[0] == 0``); ``out_indices`` and
+        ``out_data`` (int32 and ``dtype``, one of the decoder's own) must hold at least
+        :meth:`range_capacity` nonzeros, of which the first returned are written (rows sorted, genes left out
+        removed).
+        """
+        plan = self._range_plan(start, stop)
+        nnz = int(plan[-1][-1])
+        if out_indices.shape[0] < nnz or out_data.shape[0] < nnz or out_indptr.shape[0] != stop - start + 1:
+            msg = f"the output holds {out_indices.shape[0]} nonzeros and {out_indptr.shape[0]} row pointers, not enough"
+            raise InvalidValueError(msg)
+        out_indices, out_data = out_indices[:nnz], out_data[:nnz]
+        self._fill_range(plan, np.dtype(dtype), out_indptr, out_indices, out_data)
+        return self._finish_rows(out_data, out_indices, out_indptr, sorted_already=True)
+
+    def _range_plan(self, start: int, stop: int) -> tuple[Any, ...]:
+        """Which tiles a range reads, how (decoded straight into the output, or copied), and where each goes."""
         first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
         tiles = np.arange(first, last + 1)
         lo = np.maximum(start, self._starts[tiles]) - self._starts[tiles]
@@ -505,12 +548,19 @@ class Dataset:
         )
         nnz_starts = np.zeros(tiles.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=nnz_starts[1:])
-        if nnz_starts[-1] >= 2**31:  # 64-bit indices (scipy's rule): the general path
-            return None
+        return tiles, lo, hi, direct, copied, nnz_starts
+
+    def _fill_range(
+        self,
+        plan: tuple[Any, ...],
+        dtype: np.dtype,
+        out_indptr: np.ndarray,
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+    ) -> None:
+        tiles, lo, hi, direct, copied, nnz_starts = plan
         row_starts = np.concatenate(([0], np.cumsum(hi - lo)))
-        out_indptr = np.empty(stop - start + 1, dtype=np.int64)
         out_indptr[row_starts] = nnz_starts  # each tile's first row (what the copies below start from), and the end
-        out_indices, out_data = _empty_output(int(nnz_starts[-1]), dtype)
         for k, tile in copied.items():
             self._warn_if_inexact(tile.inexact_in_float32, dtype)
             r, m = int(row_starts[k]), int(hi[k] - lo[k])
@@ -529,12 +579,11 @@ class Dataset:
             outputs = (out_indptr, out_indices, out_data)
             large = self._tiles.read_into(tiles[direct], *starts, *outputs, columns=self._columns)
             self._warn_if_inexact(large, dtype)
-        return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
 
-    def _csr(
+    def _finish_rows(
         self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray, *, sorted_already: bool = False
-    ) -> sparse.csr_matrix:
-        """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
+    ) -> int:
+        """Sort rows mapped to other columns (unless they are already), remove the genes left out; the nonzeros left."""
         if self._columns is not None and not sorted_already:
             from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
 
@@ -542,8 +591,15 @@ class Dataset:
         if self.drops_genes:
             from deltacells.tiles._gather import drop_dropped_columns
 
-            nnz = drop_dropped_columns(out_indptr, out_indices, out_data, self.n_genes)
-            out_indices, out_data = out_indices[:nnz], out_data[:nnz]
+            return int(drop_dropped_columns(out_indptr, out_indices, out_data, self.n_genes))
+        return int(out_indices.shape[0])
+
+    def _csr(
+        self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray, *, sorted_already: bool = False
+    ) -> sparse.csr_matrix:
+        """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
+        nnz = self._finish_rows(out_data, out_indices, out_indptr, sorted_already=sorted_already)
+        out_indices, out_data = out_indices[:nnz], out_data[:nnz]
         index_dtype = out_indices.dtype
         matrix = sparse.csr_matrix(
             (out_data, out_indices, out_indptr.astype(index_dtype, copy=False)),

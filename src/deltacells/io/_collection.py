@@ -9,7 +9,7 @@ obs is each dataset's, joined by :func:`anndata.concat` itself (its columns, cat
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
@@ -152,38 +152,48 @@ def read_collection(
     tile_cache_bytes: int,
     threads: int | None,
     io_concurrency: int | None,
-    lazy_obs: bool | None,
-) -> tuple[Collection, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    lazy: Callable[[int], bool],
+) -> tuple[Collection, Any, pd.DataFrame, dict[str, Any]]:
     """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
+
+    ``lazy(n_cells)`` says whether obs is lazy (a :class:`~deltacells.io._lazy_obs.LazyObs` over the datasets'
+    caches, :class:`~deltacells.obs.CollectionObs`), or a pandas frame joined by :func:`anndata.concat`.
 
     Raises
     ------
     InvalidValueError
-        As :func:`open_collection`, and for ``lazy_obs=True``.
+        As :func:`open_collection`, and for obs columns whose kinds differ between datasets (lazy obs).
     UnknownKeyError
         As :func:`open_collection`, and for an obs column no dataset has.
     """
-    if lazy_obs:
-        msg = (
-            "a collection's obs is read into memory (lazy_obs=True is for one dataset); pass obs_columns= to read "
-            "only the columns needed"
-        )
-        raise InvalidValueError(msg)
     opened = open_collection(
         sources, join=join, keys=keys, var_key=var_key, storage_options=storage_options,
         tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
     )  # fmt: skip
-    obs = _joined_obs(
-        opened.datasets,
-        opened.keys,
-        join=join,
-        label=label,
-        index_unique=index_unique,
-        columns=obs_columns,
-        obs_names=obs_names,
-        cache_dir=cache_dir,
-        verify=verify_obs,
-    )
+    if lazy(opened.collection.n_cells):
+        from deltacells.io._lazy_obs import lazy_obs_frame
+        from deltacells.obs import CollectionObs
+
+        if isinstance(obs_columns, str):
+            msg = f"obs columns must be a list of column names, not the string {obs_columns!r}"
+            raise InvalidTypeError(msg)
+        store = CollectionObs(
+            opened.collection, opened.keys, label=label, join=join, columns=obs_columns, names=obs_names,
+            index_unique=index_unique, cache_dir=cache_dir, verify=verify_obs,
+        )  # fmt: skip
+        obs = lazy_obs_frame(store, opened.collection.n_cells, store.columns, names=True)
+    else:
+        obs = _joined_obs(
+            opened.datasets,
+            opened.keys,
+            join=join,
+            label=label,
+            index_unique=index_unique,
+            columns=obs_columns,
+            obs_names=obs_names,
+            cache_dir=cache_dir,
+            verify=verify_obs,
+        )
     var = pd.DataFrame(index=opened.genes)
     entry: dict[str, Any] = {
         "datasets": [dataset.url for dataset in opened.datasets],
@@ -285,13 +295,15 @@ def _joined_obs(
 
     from deltacells.io._frames import read_obs_frame
 
-    frames = []
-    for dataset in datasets:
+    def frame_of(dataset: Dataset) -> pd.DataFrame:
         wanted = columns
         if columns is not None and not isinstance(columns, str):
             stored = set(_stored_obs_columns(dataset, cache_dir=cache_dir, verify=verify))
             wanted = [column for column in columns if column in stored]
-        frames.append(read_obs_frame(dataset, wanted, obs_names=obs_names, cache_dir=cache_dir, verify=verify))
+        return read_obs_frame(dataset, wanted, obs_names=obs_names, cache_dir=cache_dir, verify=verify)
+
+    with ThreadPoolExecutor(min(OPEN_CONCURRENCY, len(datasets)), thread_name_prefix="deltacells-obs") as pool:
+        frames = list(pool.map(frame_of, datasets))  # each dataset's obs copied into the cache, many at once
     if columns is not None and not isinstance(columns, str):
         found = {column for frame in frames for column in frame.columns}
         missing = [column for column in columns if column not in found]

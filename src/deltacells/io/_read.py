@@ -172,10 +172,11 @@ def read_deltacells(
             path, join=join, label=label, keys=keys, var_key=var_key, index_unique=index_unique,
             storage_options=storage_options, obs_columns=obs_columns, obs_names=obs_names, cache_dir=cache_dir,
             verify_obs=verify_obs, tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
-            lazy_obs=lazy_obs,
+            lazy=lambda n_cells: _use_lazy_obs(lazy_obs, n_cells),
         )  # fmt: skip
         joined = TiledCSRDataset(collection, parse_read_dtype(dtype))
-        adata = ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
+        with ad.settings.override(check_uniqueness=isinstance(obs, pd.DataFrame)):  # a lazy obs: a RangeIndex
+            adata = ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
         adata.uns[UNS_KEY] = entry
         return adata
     stored = open_dataset(

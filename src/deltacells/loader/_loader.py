@@ -18,12 +18,12 @@ from scipy import sparse
 from deltacells._threads import default_threads
 from deltacells.dataset import Collection
 from deltacells.errors import InvalidTypeError, InvalidValueError
-from deltacells.loader._collection_obs import CollectionObs
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, blocks_between, make_blocks
 from deltacells.loader._source import LoaderSource, resolve_source
+from deltacells.obs import CollectionObs
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -633,8 +633,8 @@ class CellLoader:
         if isinstance(dataset, Collection):
             source = self._source
             return CollectionObs(
-                dataset, source.keys or [], source.label, self.obs_columns, cache_dir=source.cache_dir,
-                verify=source.verify,
+                dataset, source.keys or [], label=source.label, columns=self.obs_columns, names=False,
+                cache_dir=source.cache_dir, verify=source.verify,
             )  # fmt: skip
         if dataset.manifest.n_obs_shards == 0:
             msg = f"obs_columns {list(self.obs_columns)} were asked for, but {dataset.store.url} has no obs"

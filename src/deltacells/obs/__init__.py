@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from deltacells.format import ObsColumn, ObsSchema
 from deltacells.obs._cache import ObsStore, resolve_cache_dir
+from deltacells.obs._collection import CollectionObs
 from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES
 from deltacells.obs._files import column_file_name
 from deltacells.obs._write import DEFAULT_OBS_TILES_PER_FILE, ObsWriteResult, check_obs, write_obs
 
 __all__ = [
+    "CollectionObs",
     "DEFAULT_MAX_CATEGORIES",
     "DEFAULT_OBS_TILES_PER_FILE",
     "ObsColumn",

@@ -1,0 +1,125 @@
+"""Opening a large collection on object storage: ``read_deltacells`` of ``--datasets`` datasets in a bucket.
+
+moto's S3 server (the test suite's, in a process of its own) behind the suite's recording proxy, which adds
+``--latency`` seconds to every request (30 ms by default, a cross-region round trip). ``--datasets`` small
+datasets (1,000 by default; 300 cells, 500 genes and one obs column each, all different) are uploaded under
+their own prefixes; then, through the proxy, one run each:
+
+* ``read_deltacells(urls, obs_columns=[], obs_names=False)``: the manifests and gene tables only;
+* ``read_deltacells(urls)``: with every dataset's obs (the stored names and the column, copied into a fresh
+  local cache);
+* ``CellLoader(urls)``: what a training loader opens.
+
+Reported: seconds, requests, the most requests in flight, and the time one request after another would take
+(requests x latency). Nothing is asserted. ``--quick`` (CI): 40 datasets.
+
+Usage::
+
+    python benchmarks/bench_collection_open.py --datasets 1000 --latency 0.03 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the test suite's servers (tests/servers)
+
+from bench_object_storage import _serve  # noqa: E402
+
+import deltacells  # noqa: E402
+from deltacells.datasets import synthetic_counts  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", type=int, default=1000)
+    parser.add_argument("--latency", type=float, default=0.03, help="seconds added to each request")
+    parser.add_argument("--quick", action="store_true", help="40 datasets (CI)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    n = 40 if args.quick else args.datasets
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        os.environ.setdefault(key, value)
+    import s3fs
+    from tests.servers.s3 import S3Server
+
+    ctx = multiprocessing.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    servers = ctx.Process(target=_serve, args=(child_conn, args.latency), daemon=True)
+    servers.start()
+    endpoint, proxy_urls = conn.recv()
+    server = S3Server()  # for its storage options and bucket (the server runs in the other process)
+    server._endpoint_url = endpoint
+
+    def command(name: str, index: int) -> Any:
+        conn.send((name, index))
+        return conn.recv()
+
+    result: dict[str, Any] = {"benchmark": "bench_collection_open", "datasets": n, "latency_s": args.latency}
+    result["machine"] = f"{os.uname().machine}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bucket = server.make_bucket(f"bench-{uuid.uuid4().hex[:8]}")
+            fs = s3fs.S3FileSystem(**server.storage_options())
+            t0 = time.perf_counter()
+            for k in range(n):  # all different: the obs cache shares what is the same
+                local = Path(tmp) / f"study{k:04d}"
+                adata = synthetic_counts(300, 500, seed=k)
+                adata.obs = adata.obs[["cell_type"]]
+                adata.obs_names = [f"s{k}-{i}" for i in range(300)]
+                deltacells.write_deltacells(adata, local, progress=False)
+                for path in (p for p in local.rglob("*") if p.is_file()):
+                    fs.put_file(str(path), f"{bucket}/study{k:04d}/{path.relative_to(local).as_posix()}")
+            result["upload_s"] = time.perf_counter() - t0
+            urls = [f"s3://{bucket}/study{k:04d}" for k in range(n)]
+            options = server.storage_options(proxy_urls[1])
+            runs = {
+                "manifests and genes": lambda cache: deltacells.read_deltacells(
+                    urls, storage_options=options, obs_columns=[], obs_names=False, cache_dir=cache
+                ),
+                "with obs": lambda cache: deltacells.read_deltacells(urls, storage_options=options, cache_dir=cache),
+                "CellLoader": lambda cache: deltacells.CellLoader(urls, storage_options=options, cache_dir=cache),
+            }
+            for name, run in runs.items():
+                command("reset", 1)
+                t0 = time.perf_counter()
+                got = run(Path(tmp) / f"cache-{name}")
+                seconds = time.perf_counter() - t0
+                stats = command("stats", 1)
+                assert got.n_cells if hasattr(got, "n_cells") else got.n_obs == 300 * n
+                result[name] = {
+                    "seconds": round(seconds, 3),
+                    "requests": stats["requests"],
+                    "max_in_flight": stats["max_in_flight"],
+                    "one_after_another_s": round(stats["requests"] * args.latency, 1),
+                }
+                print(
+                    f"{name:22} {seconds:7.2f} s  {stats['requests']:6,} requests (at most "
+                    f"{stats['max_in_flight']} in flight; one after another: {stats['requests'] * args.latency:.0f} s)"
+                )
+    finally:
+        conn.send(("stop", 0))
+        servers.join(timeout=10)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
