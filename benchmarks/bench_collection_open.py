@@ -98,21 +98,26 @@ def main(argv: list[str] | None = None) -> int:
             }
             for name, run in runs.items():
                 command("reset", 1)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 got = run(Path(tmp) / f"cache-{name}")
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
                 stats = command("stats", 1)
                 assert got.n_cells if hasattr(got, "n_cells") else got.n_obs == 300 * n
                 result[name] = {
                     "seconds": round(seconds, 3),
+                    "client_cpu_s": round(cpu, 3),
+                    "server_cpu_s": round(stats["server_cpu_s"], 3),
+                    "requests_by_file": stats["by_file"],
                     "requests": stats["requests"],
                     "max_in_flight": stats["max_in_flight"],
                     "one_after_another_s": round(stats["requests"] * args.latency, 1),
                 }
                 print(
-                    f"{name:22} {seconds:7.2f} s  {stats['requests']:6,} requests (at most "
+                    f"{name:22} {seconds:7.2f} s (CPU: client {cpu:5.2f} s, server {stats['server_cpu_s']:5.2f} s)  "
+                    f"{stats['requests']:6,} requests (at most "
                     f"{stats['max_in_flight']} in flight; one after another: {stats['requests'] * args.latency:.0f} s)"
                 )
+                print(" " * 23 + ", ".join(f"{kind} {count:,}" for kind, count in stats["by_file"].items()))
     finally:
         conn.send(("stop", 0))
         servers.join(timeout=10)

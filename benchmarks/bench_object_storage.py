@@ -67,6 +67,24 @@ def _subset(url: str, options: dict[str, Any] | None, cells: np.ndarray) -> floa
     return time.perf_counter() - t0
 
 
+def _by_file(records: list[Any]) -> dict[str, int]:
+    """Requests per kind of file (the key's last part, tiles' numbers left out), most requested first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        name = record.path.rstrip("/").rsplit("/", 1)[-1]
+        kind = "tiles/*" if "/tiles/" in record.path else f"{record.method} {name if '.' in name else '(prefix)'}"
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds this process (moto's server and the proxies) has used, all its threads."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _serve(conn: Any, latency: float) -> None:
     """Run moto's S3 server and two recording proxies (no latency, ``latency``), answering commands from ``conn``.
 
@@ -79,6 +97,7 @@ def _serve(conn: Any, latency: float) -> None:
         proxies = [RecordingProxy(server.endpoint_url).start(), RecordingProxy(server.endpoint_url).start()]
         proxies[1].latency = latency
         conn.send((server.endpoint_url, [proxy.url for proxy in proxies]))
+        cpu_at_reset = _cpu_seconds()
         try:
             while True:
                 command, index = conn.recv()
@@ -87,6 +106,7 @@ def _serve(conn: Any, latency: float) -> None:
                 proxy = proxies[index]
                 if command == "reset":
                     proxy.reset()
+                    cpu_at_reset = _cpu_seconds()
                     conn.send(None)
                 elif command == "stats":
                     tiles = proxy.requests(path_contains="/tiles/")
@@ -96,6 +116,8 @@ def _serve(conn: Any, latency: float) -> None:
                             "tile_requests": len(tiles),
                             "bytes": sum(r.bytes for r in tiles),
                             "max_in_flight": proxy.max_in_flight,
+                            "by_file": _by_file(proxy.requests()),
+                            "server_cpu_s": _cpu_seconds() - cpu_at_reset,
                         }
                     )
         finally:

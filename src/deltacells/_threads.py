@@ -1,4 +1,4 @@
-"""The shared thread pool that decodes chunks and tiles.
+"""The shared thread pool that decodes chunks and tiles, and the threads that wait on a collection's datasets.
 
 zstandard releases the GIL while it (de)compresses and the numba kernels are compiled with ``nogil=True``,
 so threads give real parallelism here. One pool per process, created on first use. A forked child (a
@@ -10,12 +10,31 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from deltacells.errors import InvalidValueError
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+
+#: How many of a collection's datasets are opened or read at once (their requests overlap on object storage).
+MEMBER_CONCURRENCY = 32
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def map_members(function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """``[function(item) for item in items]``, up to :data:`MEMBER_CONCURRENCY` at once (the first error raised).
+
+    One per dataset of a collection: each call mostly waits on its dataset's store, so threads overlap them.
+    """
+    if len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(min(MEMBER_CONCURRENCY, len(items)), thread_name_prefix="deltacells-members") as pool:
+        return list(pool.map(function, items))
 
 
 def default_threads() -> int:

@@ -127,21 +127,28 @@ def test_keys_label_index_unique_and_var_key(studies, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("join", ["inner", "outer"])
 @pytest.mark.parametrize("index_unique", [None, "-"])
-def test_a_lazy_obs_gives_what_the_eager_one_gives(studies, tmp_path: Path, join: str, index_unique) -> None:
-    """Above the threshold (here: asked for) obs is lazy over the datasets' caches; its reads equal the eager's."""
-    _, paths = studies
+def test_a_lazy_obs_and_an_eager_one_give_what_anndata_concat_gives(
+    studies, tmp_path: Path, join: str, index_unique
+) -> None:
+    """Above the threshold (here: asked for) obs is lazy over the datasets' caches; below it a pandas frame."""
+    adatas, paths = studies
+    concatenated = ad.concat(adatas, join=join, label="dataset", index_unique=index_unique)
+    expected = concatenated.obs
     options = {"join": join, "index_unique": index_unique, "cache_dir": tmp_path / "cache"}
     eager = deltacells.read_deltacells(paths, lazy_obs=False, **options)
     lazy = deltacells.read_deltacells(paths, lazy_obs=True, **options)
+    assert isinstance(eager.obs, pd.DataFrame)
     assert not isinstance(lazy.obs, pd.DataFrame)
-    assert list(lazy.obs.columns) == list(eager.obs.columns)
-    assert dict(lazy.obs.dtypes) == dict(eager.obs.dtypes)
-    for column in eager.obs.columns:
-        pd.testing.assert_series_equal(lazy.obs[column], eager.obs[column], check_index=False)
+    pd.testing.assert_frame_equal(eager.obs, expected)
+    assert list(lazy.obs.columns) == list(expected.columns)
+    assert dict(lazy.obs.dtypes) == dict(expected.dtypes)
+    for column in expected.columns:
+        pd.testing.assert_series_equal(lazy.obs[column], expected[column], check_index=False)
     cells = np.random.default_rng(2).choice(eager.n_obs, 80, replace=False)
-    memory, expected = lazy[cells].to_memory(), eager[cells].to_memory()
-    pd.testing.assert_frame_equal(memory.obs, expected.obs)
-    assert (memory.X != expected.X).nnz == 0
+    memory, in_memory = lazy[cells].to_memory(), eager[cells].to_memory()
+    pd.testing.assert_frame_equal(memory.obs, in_memory.obs)
+    pd.testing.assert_frame_equal(memory.obs, concatenated[cells].copy().obs)  # unused categories dropped
+    assert (memory.X != in_memory.X).nnz == 0
     mask = (lazy.obs["dataset"] == "b").to_numpy()
     assert list(lazy[mask].obs_names) == list(eager[mask].obs_names)
     names = list(eager.obs_names[[5, N_CELLS[0] + 3, sum(N_CELLS) - 1]])
@@ -213,6 +220,12 @@ def test_mismatches_are_clear_errors(studies, tmp_path: Path) -> None:
         deltacells.read_deltacells(paths, gene_order="stored", cache_dir=cache)
     with pytest.raises(InvalidValueError, match="one per dataset"):
         deltacells.read_deltacells(paths, storage_options=[{}, {}], cache_dir=cache)
+    numbers = adatas["b"].copy()
+    numbers.obs["cell_type"] = np.arange(numbers.n_obs)  # categories in the others
+    deltacells.write_deltacells(numbers, tmp_path / "numbers", progress=False)
+    for lazy in (False, True):  # before any tile, whichever obs is read
+        with pytest.raises(InvalidValueError, match=r"obs column 'cell_type' cannot be joined.*numbers: numeric"):
+            deltacells.read_deltacells([paths[0], tmp_path / "numbers"], cache_dir=cache, lazy_obs=lazy)
     with pytest.raises(TypeError, match="a collection of datasets: read it again"):
         deltacells.read_obs(deltacells.read_deltacells(paths, obs_columns=[], cache_dir=cache), ["donor"])
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltacells.io._var_frame import var_frame
+from deltacells.io._var_frame import string_values, var_frame
 
 N = 40
 
@@ -78,3 +78,24 @@ def test_object_strings_are_python_str() -> None:
     assert list(frame.index[:2]) == ["gene0", "gene1"]
     assert frame["gene_ids"].iloc[3] == "ENSG00000000003"
     assert pd.isna(frame["with_nulls"].iloc[0])
+
+
+@pytest.mark.parametrize("index", [None, False], ids=["index kept", "index dropped"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_string_values_are_the_frames_own(case: str, index: bool | None) -> None:
+    """A column (or the index) read alone is the frame's, or None where only the frame can say."""
+    table = _parquet_table(CASES[case], index=index)
+    frame = table.to_pandas()
+    for name in [None, *frame.columns, "absent"]:
+        values = string_values(table, name)
+        if values is None:
+            continue  # read through the frame instead
+        expected = frame.index if name is None else frame[name]
+        assert values.dtype == object
+        assert not pd.isna(expected).any()
+        assert pd.api.types.is_string_dtype(expected)
+        assert list(values) == [str(value) for value in expected]
+    stored_strings = not isinstance(frame.index, pd.RangeIndex) and pd.api.types.is_string_dtype(frame.index)
+    assert (string_values(table, None) is not None) == stored_strings
+    assert string_values(table, "with_nulls") is None
+    assert string_values(table, "absent") is None

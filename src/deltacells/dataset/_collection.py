@@ -15,6 +15,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells._memory import empty
+from deltacells._threads import map_members
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidValueError
 from deltacells.tiles._into import DIRECT_DTYPES
@@ -247,7 +248,8 @@ class Collection:
 
         See :meth:`Dataset.chunk_starts`.
         """
-        parts = [m.chunk_starts(cache_dir)[:-1] + o for m, o in zip(self.members, self.offsets, strict=False)]
+        starts = map_members(lambda member: member.chunk_starts(cache_dir)[:-1], self.members)  # fetched at once
+        parts = [own + offset for own, offset in zip(starts, self.offsets, strict=False)]
         return np.concatenate([*parts, [self.n_cells]]).astype(np.int64)
 
     def submit_tile_fetch(self, tile: int) -> Any:

@@ -3,14 +3,13 @@
 The datasets are opened at once (their manifests and gene tables fetched concurrently), their genes joined
 as :func:`anndata.concat` joins them (the intersection or the union of the var names, or of a var column),
 and each is read into the join's columns by the decode kernels (:meth:`~deltacells.Dataset.with_columns`).
-obs is each dataset's, joined by :func:`anndata.concat` itself (its columns, categories and ``label``).
+obs is each dataset's, joined as :func:`anndata.concat` joins them (:class:`~deltacells.obs.CollectionObs`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import PurePosixPath
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from deltacells._threads import map_members
 from deltacells.dataset import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
@@ -30,9 +30,6 @@ __all__ = ["JOINS", "OpenCollection", "is_collection", "open_collection", "read_
 
 #: How the genes of a collection's datasets are joined (as :func:`anndata.concat`'s ``join``).
 JOINS = ("inner", "outer")
-
-#: Datasets opened at once (their manifests and gene tables fetched concurrently).
-OPEN_CONCURRENCY = 32
 
 
 def is_collection(path: Any) -> bool:
@@ -117,8 +114,7 @@ def open_collection(
         stored, original = _gene_keys(dataset, var_key, names[k])
         return dataset, stored, original
 
-    with ThreadPoolExecutor(min(OPEN_CONCURRENCY, len(sources)), thread_name_prefix="deltacells-open") as pool:
-        members = list(pool.map(opened, range(len(sources))))
+    members = map_members(opened, range(len(sources)))
     genes = _joined([original for _, _, original in members], join)
     if genes.shape[0] == 0 and join == "inner":
         msg = (
@@ -157,12 +153,12 @@ def read_collection(
     """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
 
     ``lazy(n_cells)`` says whether obs is lazy (a :class:`~deltacells.io._lazy_obs.LazyObs` over the datasets'
-    caches, :class:`~deltacells.obs.CollectionObs`), or a pandas frame joined by :func:`anndata.concat`.
+    caches, :class:`~deltacells.obs.CollectionObs`) or a pandas frame of the same columns.
 
     Raises
     ------
     InvalidValueError
-        As :func:`open_collection`, and for obs columns whose kinds differ between datasets (lazy obs).
+        As :func:`open_collection`, and for obs columns whose kinds differ between datasets.
     UnknownKeyError
         As :func:`open_collection`, and for an obs column no dataset has.
     """
@@ -170,30 +166,21 @@ def read_collection(
         sources, join=join, keys=keys, var_key=var_key, storage_options=storage_options,
         tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
     )  # fmt: skip
+    from deltacells.obs import CollectionObs
+
+    if isinstance(obs_columns, str):
+        msg = f"obs columns must be a list of column names, not the string {obs_columns!r}"
+        raise InvalidTypeError(msg)
+    store = CollectionObs(
+        opened.collection, opened.keys, label=label, join=join, columns=obs_columns, names=obs_names,
+        index_unique=index_unique, cache_dir=cache_dir, verify=verify_obs,
+    )  # fmt: skip
     if lazy(opened.collection.n_cells):
         from deltacells.io._lazy_obs import lazy_obs_frame
-        from deltacells.obs import CollectionObs
 
-        if isinstance(obs_columns, str):
-            msg = f"obs columns must be a list of column names, not the string {obs_columns!r}"
-            raise InvalidTypeError(msg)
-        store = CollectionObs(
-            opened.collection, opened.keys, label=label, join=join, columns=obs_columns, names=obs_names,
-            index_unique=index_unique, cache_dir=cache_dir, verify=verify_obs,
-        )  # fmt: skip
         obs = lazy_obs_frame(store, opened.collection.n_cells, store.columns, names=True)
     else:
-        obs = _joined_obs(
-            opened.datasets,
-            opened.keys,
-            join=join,
-            label=label,
-            index_unique=index_unique,
-            columns=obs_columns,
-            obs_names=obs_names,
-            cache_dir=cache_dir,
-            verify=verify_obs,
-        )
+        obs = _obs_in_memory(store)
     var = pd.DataFrame(index=opened.genes)
     entry: dict[str, Any] = {
         "datasets": [dataset.url for dataset in opened.datasets],
@@ -252,16 +239,14 @@ def _name_of(source: Any) -> str:
 
 def _gene_keys(dataset: Dataset, var_key: str | None, name: str) -> tuple[pd.Index, pd.Index]:
     """The keys the genes are joined on (var names, or ``var_key``'s values): in stored order, and as written."""
-    from deltacells.io._frames import in_column_order, read_var
+    from deltacells.io._frames import in_column_order, read_gene_keys, read_var
 
-    var = read_var(dataset)  # stored order
-    if var_key is None:
-        stored = pd.Index(var.index.astype(str))
-    elif var_key not in var.columns:
-        msg = f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {list(var.columns)}"
+    stored = read_gene_keys(dataset, var_key)  # stored order
+    if stored is None:
+        msg = (
+            f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {list(read_var(dataset).columns)}"
+        )
         raise UnknownKeyError(msg)
-    else:
-        stored = pd.Index(var[var_key].astype(str).to_numpy())
     if not stored.is_unique:
         repeated = stored[stored.duplicated()].unique()[:3].tolist()
         what = "var names" if var_key is None else f"values of var column {var_key!r}"
@@ -278,46 +263,9 @@ def _joined(indexes: list[pd.Index], join: str) -> pd.Index:
     return reduce(lambda x, y: x.union(y), indexes)
 
 
-def _joined_obs(
-    datasets: list[Dataset],
-    names: list[str],
-    *,
-    join: str,
-    label: str | None,
-    index_unique: str | None,
-    columns: Sequence[str] | None,
-    obs_names: bool,
-    cache_dir: Any,
-    verify: bool,
-) -> pd.DataFrame:
-    """Each dataset's obs, joined by :func:`anndata.concat` (columns, categories, the ``label`` column)."""
-    import anndata as ad
+def _obs_in_memory(store: Any) -> pd.DataFrame:
+    """The joined obs as a pandas frame (what :func:`anndata.concat` of the datasets' obs gives)."""
+    from deltacells.format import INDEX_COLUMN
 
-    from deltacells.io._frames import read_obs_frame
-
-    def frame_of(dataset: Dataset) -> pd.DataFrame:
-        wanted = columns
-        if columns is not None and not isinstance(columns, str):
-            stored = set(_stored_obs_columns(dataset, cache_dir=cache_dir, verify=verify))
-            wanted = [column for column in columns if column in stored]
-        return read_obs_frame(dataset, wanted, obs_names=obs_names, cache_dir=cache_dir, verify=verify)
-
-    with ThreadPoolExecutor(min(OPEN_CONCURRENCY, len(datasets)), thread_name_prefix="deltacells-obs") as pool:
-        frames = list(pool.map(frame_of, datasets))  # each dataset's obs copied into the cache, many at once
-    if columns is not None and not isinstance(columns, str):
-        found = {column for frame in frames for column in frame.columns}
-        missing = [column for column in columns if column not in found]
-        if missing:
-            msg = f"no dataset of the collection has obs column(s) {missing}"
-            raise UnknownKeyError(msg)
-    parts = [ad.AnnData(obs=frame) for frame in frames]
-    joined = ad.concat(parts, join=join, label=label, keys=names, index_unique=index_unique)
-    return joined.obs
-
-
-def _stored_obs_columns(dataset: Dataset, *, cache_dir: Any, verify: bool) -> list[str]:
-    if not dataset.manifest.has_obs:
-        return []
-    from deltacells.obs import ObsStore
-
-    return ObsStore(dataset.store, dataset.manifest, cache_dir=cache_dir, verify=verify).columns
+    index = pd.Index(store.take(INDEX_COLUMN), name=store.schema.index_name)
+    return pd.DataFrame({name: store.take(name) for name in store.columns}, index=index, columns=store.columns)

@@ -11,12 +11,19 @@ import pandas as pd
 
 from deltacells.errors import InvalidTypeError, UnknownKeyError
 from deltacells.io._names import default_names
-from deltacells.io._var_frame import var_frame
+from deltacells.io._var_frame import string_values, var_frame
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
 
-__all__ = ["default_names_of", "in_column_order", "obs_store_and_columns", "read_obs_frame", "read_var"]
+__all__ = [
+    "default_names_of",
+    "in_column_order",
+    "obs_store_and_columns",
+    "read_gene_keys",
+    "read_obs_frame",
+    "read_var",
+]
 
 
 def read_var(dataset: Dataset) -> pd.DataFrame:
@@ -33,6 +40,25 @@ def read_var(dataset: Dataset) -> pd.DataFrame:
         return var
     names = dataset.var_names()
     return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
+
+
+def read_gene_keys(dataset: Dataset, var_key: str | None) -> pd.Index | None:
+    """The var names (``var_key=None``) or var column ``var_key``'s values as strings, in stored order.
+
+    What ``read_var(dataset)`` gives (its index, or the column as ``str``), read from that column alone when it
+    is one of strings (building the whole frame costs milliseconds a dataset, which a collection of thousands
+    pays at open); None if var has no column ``var_key``.
+    """
+    table = dataset.var_table()
+    values = None if table is None else string_values(table, var_key)
+    if values is not None:
+        return pd.Index(values)
+    var = read_var(dataset)
+    if var_key is None:
+        return pd.Index(var.index.astype(str))
+    if var_key not in var.columns:
+        return None
+    return pd.Index(var[var_key].astype(str).to_numpy())
 
 
 def default_names_of(n: int) -> pd.Index:

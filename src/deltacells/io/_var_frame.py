@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-__all__ = ["var_frame"]
+__all__ = ["string_values", "var_frame"]
 
 #: pandas 3 converts Arrow strings to its Arrow-backed ``str`` dtype (no Python objects): nothing to gain.
 _OBJECT_STRINGS = int(pd.__version__.split(".")[0]) < 3
@@ -73,6 +73,26 @@ def var_frame(table: pa.Table) -> pd.DataFrame:
         frame.columns = rest.columns  # no column: the empty column index pyarrow makes
     frame.columns.name = rest.columns.name
     return frame
+
+
+def string_values(table: pa.Table, name: str | None) -> np.ndarray | None:
+    """The values of string column ``name`` (None: the stored index) as an object array of ``str``.
+
+    What ``var_frame(table)`` gives for that column or index, without building the frame (a collection reads
+    only the genes' names of each of its datasets); None unless it is one string column without nulls.
+    """
+    metadata = _pandas_metadata(table)
+    stored_index = [c for c in (metadata or {}).get("index_columns", []) if isinstance(c, str)]
+    if name is None:
+        if len(stored_index) != 1:
+            return None
+        (name,) = stored_index
+    elif name in stored_index:
+        return None
+    if table.column_names.count(name) != 1 or not _is_string(table.schema.field(name).type):
+        return None
+    column = table.column(name)
+    return None if column.null_count else _strings(column)
 
 
 def _is_string(kind: pa.DataType) -> bool:

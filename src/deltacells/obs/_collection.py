@@ -13,7 +13,6 @@ the key appended as :func:`anndata.concat` appends them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +21,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltacells._threads import map_members
 from deltacells.errors import InvalidValueError, UnknownKeyError
 from deltacells.format import INDEX_COLUMN
+from deltacells.obs._cache import ObsStore
+from deltacells.obs._dtypes import default_string_dtype
 
 if TYPE_CHECKING:
     from deltacells.dataset import Collection
 
 __all__ = ["CollectionObs"]
-
-#: Datasets whose obs schemas are read (and columns copied into the cache) at once.
-CONCURRENCY = 32
 
 
 @dataclass(frozen=True)
@@ -91,16 +90,16 @@ class CollectionObs:
         cache_dir: Any = None,
         verify: bool = True,
     ) -> None:
-        from deltacells.obs import ObsStore
-
         self.collection, self.keys, self.label = collection, list(keys), label
         self.index_unique, self.stored_names = index_unique, bool(names)
         self.stores = [
             ObsStore(m.store, m.manifest, cache_dir=cache_dir, verify=verify) if m.manifest.has_obs else None
             for m in collection.members
         ]
-        with ThreadPoolExecutor(min(CONCURRENCY, len(self.stores)), thread_name_prefix="deltacells-obs") as pool:
-            every = list(pool.map(lambda s: [] if s is None else list(s.columns), self.stores))  # schemas read
+        if names or columns is None or any(c != label for c in columns):
+            every = map_members(lambda s: [] if s is None else list(s.columns), self.stores)  # schemas read
+        else:  # neither names nor columns: nothing to read
+            every = [[] for _ in self.stores]
         joined = _joined_names(every, join)
         if columns is not None:
             missing = [c for c in columns if c != label and not any(c in names_ for names_ in every)]
@@ -119,7 +118,7 @@ class CollectionObs:
             self.categories[label] = tuple(self.keys)
             self._dtypes[label] = pd.CategoricalDtype(list(self.keys))
         self.columns = [*joined, *([label] if label is not None else [])]
-        index_names = {None if s is None else s.schema.column(INDEX_COLUMN).index_name for s in self.stores if s}
+        index_names = {s.schema.column(INDEX_COLUMN).index_name for s in self.stores if s} if names else {None}
         self.schema = _JoinedSchema(index_names.pop() if len(index_names) == 1 else None)
 
         def localize(store: Any, present: list[str]) -> None:  # the columns copied into the cache now
@@ -129,10 +128,7 @@ class CollectionObs:
             if wanted:
                 store.localize(wanted)
 
-        with ThreadPoolExecutor(min(CONCURRENCY, len(self.stores)), thread_name_prefix="deltacells-obs") as pool:
-            jobs = [pool.submit(localize, s, p) for s, p in zip(self.stores, every, strict=True) if s is not None]
-            for job in jobs:
-                job.result()
+        map_members(lambda pair: localize(*pair), [(s, p) for s, p in zip(self.stores, every, strict=True) if s])
 
     @property
     def n_obs(self) -> int:
@@ -234,7 +230,8 @@ class CollectionObs:
             if self.index_unique is not None:
                 own = own + f"{self.index_unique}{self.keys[m]}"
             names[mine] = own
-        return names
+        dtype = default_string_dtype()  # as a dataset's names come: pandas 3's str, else Python objects
+        return names if dtype == np.dtype(object) else pd.array(names, dtype=dtype)
 
     def arrow_column(self, name: str) -> pa.ChunkedArray:
         """The cells' names as Arrow strings, one chunk per tile of each dataset (only ``"_index"``)."""
