@@ -1,6 +1,6 @@
 """Several datasets read as one: their cells one after another, their genes joined (DECISIONS.md 16).
 
-Each member is a :class:`Dataset` whose columns are already those of the join (:meth:`Dataset.with_columns`:
+Each member is a :class:`Dataset` whose columns are already those of the join (:meth:`~deltacells.Dataset.with_columns`:
 its stored genes mapped while they decode, an inner join's extra genes left out, an outer join's missing
 ones empty), so a member's rows come out in the collection's columns. A read splits the cells by member,
 reads each member's share (only the tiles holding them), and stacks the parts in the order asked.
@@ -37,8 +37,8 @@ class Collection:
     Parameters
     ----------
     members
-        The datasets, each read into the collection's columns (:meth:`Dataset.with_columns`, or as stored when
-        its genes are the collection's): all of the same :attr:`~Dataset.n_genes`.
+        The datasets, each read into the collection's columns (:meth:`~deltacells.Dataset.with_columns`, or
+        as stored when its genes are the collection's): all of the same :attr:`~deltacells.Dataset.n_genes`.
 
     Raises
     ------
@@ -84,7 +84,7 @@ class Collection:
 
     @property
     def nnz(self) -> int:
-        """Nonzeros stored in the datasets' tiles (an inner join reads fewer: the genes it leaves out)."""
+        """Nonzeros stored in the datasets' tiles (an inner join reads fewer, without the genes it leaves out)."""
         return sum(member.nnz for member in self.members)
 
     @property
@@ -107,7 +107,7 @@ class Collection:
     def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike = np.float32) -> sparse.csr_matrix:
         """Read the cells selected by ``index`` as a CSR matrix, in the requested order.
 
-        As :meth:`Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
+        As :meth:`~deltacells.Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
         step 1) reads each member's range by its fast path of whole tiles.
         """
         rows = normalize_rows(index, self.n_cells)
@@ -118,12 +118,12 @@ class Collection:
         return self._read(rows, lambda member, part: member.read_rows(part, dtype=dtype), dtype)
 
     def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
-        """Cells ``start .. stop - 1`` of every dataset they span decoded into one output, each after the other.
+        """Cells ``start`` to ``stop`` (excluded) of every dataset they span decoded into one output, one after another.
 
         The output is allocated once, for the nonzeros of the tiles holding the cells (the manifests'; an inner
         join's reads hold fewer), and each dataset writes its rows right after the previous one's
-        (:meth:`Dataset.read_range_into`): no array per dataset, no stacking copy. None when the output would
-        need 64-bit indices (the general path then reads it).
+        (:meth:`~deltacells.Dataset.read_range_into`): no array per dataset, no stacking copy. None when the
+        output would need 64-bit indices (the general path then reads it).
         """
         spans = self._spans(start, stop)
         capacity = sum(self.members[m].range_capacity(a, b) for m, a, b in spans)
@@ -145,7 +145,7 @@ class Collection:
         return matrix
 
     def _spans(self, start: int, stop: int) -> list[tuple[int, int, int]]:
-        """The members holding cells ``start .. stop - 1``, and each one's range of them: ``(member, a, b)``."""
+        """The members holding cells ``start`` to ``stop`` (excluded), with their ranges: ``(member, a, b)``."""
         first, last = np.searchsorted(self.offsets, [start, stop - 1], side="right") - 1
         spans = []
         for m in range(int(first), int(last) + 1):
@@ -157,7 +157,7 @@ class Collection:
     def read_rows_uncached(
         self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
     ) -> sparse.csr_matrix:
-        """As :meth:`Dataset.read_rows_uncached`, in each member holding some of the cells."""
+        """As :meth:`~deltacells.Dataset.read_rows_uncached`, in each member holding some of the cells."""
 
         def read(member: Dataset, rows: Any) -> sparse.csr_matrix:
             return member.read_rows_uncached(rows, dtype=dtype, sort_columns=sort_columns)
@@ -244,16 +244,16 @@ class Collection:
         return np.concatenate([np.asarray(m.manifest.tile_bytes, dtype=np.int64) for m in self.members])
 
     def chunk_starts(self, cache_dir: Any = None) -> np.ndarray:
-        """The first cell of each chunk of each dataset's tiles (in the collection's numbers), then :attr:`n_cells`.
+        """The first cell of each chunk of each dataset's tiles (in the collection's numbers), then the cells.
 
-        See :meth:`Dataset.chunk_starts`.
+        See :meth:`~deltacells.Dataset.chunk_starts`.
         """
         starts = map_members(lambda member: member.chunk_starts(cache_dir)[:-1], self.members)  # fetched at once
         parts = [own + offset for own, offset in zip(starts, self.offsets, strict=False)]
         return np.concatenate([*parts, [self.n_cells]]).astype(np.int64)
 
     def submit_tile_fetch(self, tile: int) -> Any:
-        """Start fetching the collection's tile ``tile`` whole (:meth:`Dataset.submit_tile_fetch`)."""
+        """Start fetching the collection's tile ``tile`` whole (:meth:`~deltacells.Dataset.submit_tile_fetch`)."""
         offsets = self.tile_offsets
         member = int(np.searchsorted(offsets, tile, side="right")) - 1
         return self.members[member].submit_tile_fetch(int(tile - offsets[member]))
@@ -268,7 +268,7 @@ class Collection:
         threads: int | None = None,
         fetched: Any = None,
     ) -> list[sparse.csr_matrix]:
-        """As :meth:`Dataset.read_row_batches`: each dataset's cells read at once, then cut into the matrices.
+        """As :meth:`~deltacells.Dataset.read_row_batches`: each dataset's cells read at once, then cut.
 
         ``fetched`` takes the collection's tile numbers (:meth:`submit_tile_fetch`).
         """

@@ -415,7 +415,7 @@ class Dataset:
         threads: int | None = None,
         fetched: Callable[[int], Future[bytes] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
-        """:meth:`read_rows_uncached`, its rows cut into matrices of their own (a training loader's batches).
+        """:meth:`~deltacells.Dataset.read_rows_uncached`, cut into matrices of their own (a loader's batches).
 
         Parameters
         ----------
@@ -478,7 +478,7 @@ class Dataset:
         return self._tiles._submit_fetch(tile)
 
     def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
-        """Cells ``start .. stop - 1``: the tiles wanted whole and not cached decode straight into the output.
+        """Cells ``start`` to ``stop`` (excluded): tiles wanted whole and not cached decode into the output.
 
         The tiles at either end, if only part of them is wanted, and tiles the cache holds whole, are copied
         from their decoded arrays; the others are decoded into their slices of the output, in its dtype,
@@ -495,7 +495,7 @@ class Dataset:
         return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
 
     def range_capacity(self, start: int, stop: int) -> int:
-        """The most nonzeros cells ``start .. stop - 1`` hold: those of the tiles holding them (the manifest's)."""
+        """The most nonzeros cells ``start`` to ``stop`` (excluded) hold, those of their tiles (the manifest's)."""
         first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
         return int(self.manifest.tile_nnz[first : last + 1].sum())
 
@@ -508,7 +508,7 @@ class Dataset:
         out_indices: np.ndarray,
         out_data: np.ndarray,
     ) -> int:
-        """Cells ``start .. stop - 1`` written into given arrays (as a range is read), and the nonzeros written.
+        """Cells ``start`` to ``stop`` (excluded) written into given arrays (as a range is read); the nonzeros written.
 
         For a reader that puts several datasets' rows into one output (a collection's full read): no array of
         this dataset's own, no copy after. ``out_indptr`` (``int64``, ``stop - start + 1`` entries) gets the
