@@ -294,16 +294,35 @@ class Collection:
             )  # fmt: skip
             parts.append(part)
         if len(parts) == 1 and pieces[0].shape[0] == n and bool(np.all(pieces[0] == np.arange(n))):
-            stacked, back = parts[0], None  # one dataset, rows in order
+            matrices = [parts[0][a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)]
         else:
-            stacked = self._stacked(parts, dtype, canonical=sort_columns)
-            back = np.empty_like(order)
-            back[order] = np.arange(n)
-        matrices = []
-        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            matrix = stacked[a:b] if back is None else stacked[back[a:b]]
+            matrices = _scattered(parts, pieces, cuts, np.dtype(dtype), self.n_genes)
+        for matrix in matrices:
             if sort_columns:
                 matrix.has_sorted_indices = True
                 matrix.has_canonical_format = True
-            matrices.append(matrix)
         return matrices
+
+
+def _scattered(
+    parts: list[sparse.csr_matrix], pieces: list[np.ndarray], cuts: np.ndarray, dtype: np.dtype, n_genes: int
+) -> list[sparse.csr_matrix]:
+    """Each dataset's rows copied once into the matrices ``cuts`` delimits (``parts[k]`` holds rows ``pieces[k]``).
+
+    Each matrix is made of arrays of its own (a training loader's batches), filled by the kernel that copies a
+    dataset's decoded chunks into them: no stacked matrix, no second gather.
+    """
+    from deltacells.tiles._chunk_rows import SplitOutputs
+    from deltacells.tiles._gather import gather_rows_split
+
+    lengths = np.empty(int(cuts[-1]), dtype=np.int64)
+    for piece, part in zip(pieces, parts, strict=True):
+        lengths[piece] = np.diff(part.indptr)
+    outputs = SplitOutputs(lengths, cuts, dtype)
+    for piece, part in zip(pieces, parts, strict=True):
+        indptr = part.indptr.astype(np.int64, copy=False)
+        rows = np.arange(piece.shape[0], dtype=np.int64)
+        gather_rows_split(
+            indptr, part.indices, part.data, rows, outputs.piece[piece], outputs.row[piece], *outputs.typed
+        )
+    return outputs.matrices(n_genes)

@@ -128,7 +128,7 @@ def read_rows_by_chunk(
     for k, part in enumerate(parts):  # each wanted cell's row length, from its tile's (checked) indptr
         indptr = part.checked.indptr
         lengths[order[bounds[k] : bounds[k + 1]]] = indptr[wanted[k] + 1] - indptr[wanted[k]]
-    outputs = _Outputs(lengths, cuts, dtype)
+    outputs = SplitOutputs(lengths, cuts, dtype)
     jobs = [
         (part, chunk, wanted[k], order[bounds[k] : bounds[k + 1]])
         for k, part in enumerate(parts)
@@ -147,7 +147,7 @@ def read_rows_by_chunk(
     return outputs.matrices(manifest.n_genes if n_columns is None else n_columns), any(large)
 
 
-class _Outputs:
+class SplitOutputs:
     """The output matrices' arrays, each of its own; and for each output row, its matrix and row in it."""
 
     def __init__(self, lengths: np.ndarray, cuts: np.ndarray, dtype: np.dtype) -> None:
@@ -183,7 +183,7 @@ def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tu
     """A CSR matrix holding these arrays themselves, slices of a larger allocation as they are.
 
     scipy's constructor copies an array that is a view of less than half of its base (``_prune_array``), which
-    would copy every piece of :class:`_Outputs`; the arrays are set on the matrix instead, after the checks the
+    would copy every piece of :class:`SplitOutputs`; the arrays are set on the matrix instead, after the checks the
     constructor makes on an empty one of the same shape.
     """
     matrix = sparse.csr_matrix(shape, dtype=data.dtype)
@@ -197,7 +197,7 @@ def _decode_chunk_rows(
     chunk: int,
     local: np.ndarray,
     slots: np.ndarray,
-    outputs: _Outputs,
+    outputs: SplitOutputs,
     columns: np.ndarray | None,
     sort: bool,
 ) -> bool:
