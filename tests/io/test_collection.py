@@ -318,3 +318,29 @@ def test_weights_give_the_asked_proportions(studies, tmp_path: Path) -> None:
         deltacells.CellLoader(paths, weights=[1, 2], cache_dir=tmp_path / "cache")
     with pytest.raises(InvalidValueError, match="for a collection"):
         deltacells.CellLoader(paths[0], weights=[1], cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("join", ["inner", "outer"])
+def test_the_genes_orders_that_decide_the_join(tmp_path: Path, join: str) -> None:
+    """Only the orders that can change pandas' join are read, and the genes come as anndata.concat gives them.
+
+    The same genes in the same original order (a union keeps it), in another order (a union sorts them), and a
+    subset; each dataset's stored order (by decreasing counts) differs from its original one.
+    """
+    rng = np.random.default_rng(11)
+    genes = rng.permutation(GENES[:30])
+    same = _study(80, genes, 1, "same")
+    again = _study(60, genes.copy(), 2, "again")
+    shuffled = _study(70, rng.permutation(genes), 3, "shuffled")
+    fewer = _study(50, rng.permutation(genes[:20]), 4, "fewer")
+    paths = {}
+    for name, adata in (("same", same), ("again", again), ("shuffled", shuffled), ("fewer", fewer)):
+        paths[name] = tmp_path / name
+        deltacells.write_deltacells(adata, paths[name], progress=False, tile_size=32)
+        assert list(deltacells.open_dataset(paths[name]).var_names()) != list(adata.var_names)  # stored order differs
+    studies = {"same": same, "again": again, "shuffled": shuffled, "fewer": fewer}
+    for names in (["same", "again"], ["same", "shuffled"], ["same", "again", "fewer"], ["fewer", "same", "again"]):
+        expected = ad.concat({n: studies[n] for n in names}, join=join, label="dataset")
+        got = deltacells.read_deltacells([paths[n] for n in names], join=join, cache_dir=tmp_path / "cache")
+        assert list(got.var_names) == list(expected.var_names), names
+        assert (got.X[:] != sparse.csr_matrix(expected.X, dtype=np.float32)).nnz == 0

@@ -50,6 +50,8 @@ def test_a_collection_in_a_bucket(s3_proxy: ProxiedS3Bucket, tmp_path) -> None:
     assert s3_proxy.proxy.max_in_flight > 1  # fetched concurrently
     assert list(got.var_names) == list(expected.var_names)
     assert list(got.obs_names) == list(expected.obs_names)
+    orders = [r.path for r in records if r.path.endswith("/gene_order.npy")]
+    assert orders == [f"/{urls[0].split('://', 1)[1]}/gene_order.npy"]  # only the first's order decides the join
     s3_proxy.proxy.latency = 0.0
     cells = rng.choice(got.n_obs, 100)
     want = sparse.csr_matrix(expected.X, dtype=np.float32)

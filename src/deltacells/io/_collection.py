@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import reduce
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +95,7 @@ def open_collection(
     # One bound for the decoded tiles of them all, shared out.
     cache_each = max(0, int(tile_cache_bytes) // len(sources))
 
-    def opened(k: int) -> tuple[Dataset, pd.Index, pd.Index]:
+    def opened(k: int) -> tuple[Dataset, pd.Index]:
         source = sources[k]
         if isinstance(source, Dataset):
             dataset = source.with_gene_order("stored")
@@ -111,11 +110,10 @@ def open_collection(
         else:
             msg = f"a collection's datasets are paths, URLs or deltacells Datasets; dataset {k} is a {type(source)}"
             raise InvalidTypeError(msg)
-        stored, original = _gene_keys(dataset, var_key, names[k])
-        return dataset, stored, original
+        return dataset, _gene_keys(dataset, var_key, names[k])
 
     members = map_members(opened, range(len(sources)))
-    genes = _joined([original for _, _, original in members], join)
+    genes = _joined([dataset for dataset, _ in members], [stored for _, stored in members], join)
     if genes.shape[0] == 0 and join == "inner":
         msg = (
             f"the {len(sources)} datasets have no gene in common (join='inner'); use join='outer', or var_key= to "
@@ -124,11 +122,11 @@ def open_collection(
         raise InvalidValueError(msg)
     width = int(genes.shape[0])
     readers = []
-    for dataset, stored, _ in members:
+    for dataset, stored in members:
         columns = genes.get_indexer(stored).astype(np.int32)
         same = width == dataset.n_genes and bool(np.array_equal(columns, np.arange(width)))
         readers.append(dataset if same else dataset.with_columns(columns, width))
-    datasets = [dataset for dataset, _, _ in members]
+    datasets = [dataset for dataset, _ in members]
     return OpenCollection(Collection(readers), datasets, genes, names, join, var_key)
 
 
@@ -237,30 +235,44 @@ def _name_of(source: Any) -> str:
     return name.removesuffix(".deltacells") or name
 
 
-def _gene_keys(dataset: Dataset, var_key: str | None, name: str) -> tuple[pd.Index, pd.Index]:
-    """The keys the genes are joined on (var names, or ``var_key``'s values): in stored order, and as written."""
-    from deltacells.io._frames import in_column_order, read_gene_keys, read_var
+def _gene_keys(dataset: Dataset, var_key: str | None, name: str) -> pd.Index:
+    """The keys the genes are joined on (var names, or ``var_key``'s values), in stored order."""
+    from deltacells.io._frames import read_gene_keys, read_var
 
-    stored = read_gene_keys(dataset, var_key)  # stored order
+    stored = read_gene_keys(dataset, var_key)
     if stored is None:
-        msg = (
-            f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {list(read_var(dataset).columns)}"
-        )
+        columns = list(read_var(dataset).columns)
+        msg = f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {columns}"
         raise UnknownKeyError(msg)
     if not stored.is_unique:
         repeated = stored[stored.duplicated()].unique()[:3].tolist()
         what = "var names" if var_key is None else f"values of var column {var_key!r}"
         msg = f"dataset {name!r}: its {what} repeat ({', '.join(map(str, repeated))}): a join needs them unique"
         raise InvalidValueError(msg)
-    original = in_column_order(pd.DataFrame(index=stored), dataset.with_gene_order("original")).index
-    return stored, original
+    return stored
 
 
-def _joined(indexes: list[pd.Index], join: str) -> pd.Index:
-    """The genes of the join, as :func:`anndata.concat` finds them (pandas' ``intersection`` or ``union``)."""
-    if join == "inner":
-        return reduce(lambda x, y: x.intersection(y), indexes)
-    return reduce(lambda x, y: x.union(y), indexes)
+def _joined(datasets: list[Dataset], stored: list[pd.Index], join: str) -> pd.Index:
+    """The genes of the join, as :func:`anndata.concat` finds them (pandas' intersection or union, from the left).
+
+    anndata joins the keys in each dataset's original order. Only some orders can change the result, and each
+    costs a request on object storage (the dataset's gene order), so only those are read: pandas' intersection
+    keeps its left side's order (the first dataset's); its union is sorted unless both sides are equal, order
+    included, so a dataset's order counts only when its genes are the same set as the union so far.
+    """
+    from deltacells.io._frames import in_column_order
+
+    def original(k: int) -> pd.Index:
+        return in_column_order(pd.DataFrame(index=stored[k]), datasets[k].with_gene_order("original")).index
+
+    joined = original(0)
+    for k in range(1, len(stored)):
+        if join == "inner":
+            joined = joined.intersection(stored[k])
+        else:
+            same_set = len(stored[k]) == len(joined) and bool(stored[k].isin(joined).all())
+            joined = joined.union(original(k) if same_set else stored[k])
+    return joined
 
 
 def _obs_in_memory(store: Any) -> pd.DataFrame:
