@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -35,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the test suite's servers (tests/servers)
 
-from bench_object_storage import _serve  # noqa: E402
+from bench_object_storage import start_servers  # noqa: E402
 
 import deltacells  # noqa: E402
 from deltacells.datasets import synthetic_counts  # noqa: E402
@@ -49,21 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     n = 40 if args.quick else args.datasets
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ.setdefault(key, value)
     import s3fs
     from tests.servers.s3 import S3Server
 
-    ctx = multiprocessing.get_context("spawn")
-    conn, child_conn = ctx.Pipe()
-    servers = ctx.Process(target=_serve, args=(child_conn, args.latency), daemon=True)
-    servers.start()
-    endpoint, proxy_urls = conn.recv()
+    servers, conn, endpoint, proxy_urls = start_servers(args.latency)
     server = S3Server()  # for its storage options and bucket (the server runs in the other process)
     server._endpoint_url = endpoint
 

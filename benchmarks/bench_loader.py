@@ -550,24 +550,10 @@ def shuffle_grid(
 
 def start_s3(latency: float) -> tuple[Any, Any, str, list[str]]:
     """moto's S3 server and the recording proxies (none, ``latency``) in a process of their own."""
-    import multiprocessing
-
     sys.path.insert(0, str(HERE.parent))  # the test suite's servers (tests/servers)
-    from bench_object_storage import _serve
+    from bench_object_storage import start_servers
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ.setdefault(key, value)
-    ctx = multiprocessing.get_context("spawn")
-    conn, child_conn = ctx.Pipe()
-    process = ctx.Process(target=_serve, args=(child_conn, latency), daemon=True)
-    process.start()
-    endpoint, proxies = conn.recv()
-    return process, conn, endpoint, proxies
+    return start_servers(latency)
 
 
 def soma_s3_config(endpoint: str) -> dict[str, str]:

@@ -85,6 +85,29 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def start_servers(latency: float) -> tuple[Any, Any, str, list[str]]:
+    """moto's S3 server and two recording proxies (none, ``latency``) in a process of their own (:func:`_serve`).
+
+    Returns the process, the connection that commands it, the server's endpoint and the proxies' URLs; sets
+    the test credentials in this process's environment (where not set) for the clients.
+    """
+    import multiprocessing
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        os.environ.setdefault(key, value)
+    ctx = multiprocessing.get_context("spawn")
+    conn, child_conn = ctx.Pipe()
+    process = ctx.Process(target=_serve, args=(child_conn, latency), daemon=True)
+    process.start()
+    endpoint, proxy_urls = conn.recv()
+    return process, conn, endpoint, proxy_urls
+
+
 def _serve(conn: Any, latency: float) -> None:
     """Run moto's S3 server and two recording proxies (no latency, ``latency``), answering commands from ``conn``.
 
@@ -139,15 +162,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.cells, args.repeat = 10_000, 1
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        os.environ.setdefault(key, value)
-    import multiprocessing
-
     from tests.servers.s3 import S3Server
 
     adata = synthetic_counts(min(args.cells, 25_000), args.genes, seed=0)
@@ -161,11 +175,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     subsets = {f: np.sort(rng.choice(args.cells, max(1, round(f * args.cells)), replace=False)) for f in args.fractions}
 
-    ctx = multiprocessing.get_context("spawn")
-    conn, child_conn = ctx.Pipe()
-    servers = ctx.Process(target=_serve, args=(child_conn, args.latency), daemon=True)
-    servers.start()
-    endpoint, proxy_urls = conn.recv()
+    servers, conn, endpoint, proxy_urls = start_servers(args.latency)
     server = S3Server()  # only for its storage options and client (the server runs in the other process)
     server._endpoint_url = endpoint
 
