@@ -285,9 +285,12 @@ class DatasetWriter:
                 metadata=self.metadata,
                 **obs_fields,
             )
+            self._target.sync()  # on a local disk, all of it on the device before the manifest names it
             self._target.write(MANIFEST_NAME, self.manifest.to_json().encode())
+            self._target.sync(MANIFEST_NAME)
             if self._staging is not None:
                 swap_in(self.store, self._staging)
+                self.store.sync(MANIFEST_NAME)  # the folder's entries: the moved ones and the manifest
         except BaseException:
             self.abort()
             raise

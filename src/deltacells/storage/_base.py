@@ -213,6 +213,23 @@ class BaseStore(abc.ABC):
             from the stores of deltacells.
         """
 
+    def sync(self, path: str = "") -> None:
+        """Return once what is written at ``path`` would survive a crash or a power loss.
+
+        ``path`` is an object, or a prefix for everything under it (``""``: the whole store). On a local disk
+        the files and the directories naming them are flushed to the device (:mod:`deltacells.storage._durable`
+        says what each platform guarantees); on object stores a write that returned is durable already, and
+        nothing is done.
+        """
+        if not self.is_local:
+            return
+        root = self.local_path("")
+        full = self.local_path(path)
+        if root is not None and full is not None:
+            from deltacells.storage._durable import fsync_tree
+
+            fsync_tree(full, root)
+
     # ------------------------------------------------------------------------------------- local disk
 
     @property

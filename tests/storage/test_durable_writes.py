@@ -1,0 +1,82 @@
+"""On a local disk a dataset reaches the device before its manifest names it, and the manifest after.
+
+Power loss cannot be staged in a test; what can be checked is the order of the flushes: every file and folder
+of the dataset is flushed (``fsync``) before ``manifest.json`` exists, then the manifest and the folders that
+name it. Object stores flush nothing (a write that returned is durable).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import deltacells
+import deltacells.storage._durable as durable
+from deltacells.datasets import synthetic_counts
+
+
+@pytest.fixture
+def flushed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Each path flushed, in order, with whether a manifest existed beside the dataset's folders then."""
+    record: list[tuple[str, bool]] = []
+    real = durable.fsync_path
+
+    def fsync_path(path: str) -> None:
+        root = Path(path)
+        while root.parent != root and not (root / "tiles").is_dir():
+            root = root.parent
+        record.append((os.path.abspath(path), (root / "manifest.json").exists()))
+        real(path)
+
+    monkeypatch.setattr(durable, "fsync_path", fsync_path)
+    return record
+
+
+def _everything_under(root: Path) -> set[str]:
+    paths = {os.path.abspath(root)}
+    for directory, folders, files in os.walk(root):
+        paths.update(os.path.abspath(os.path.join(directory, name)) for name in [*folders, *files])
+    return paths
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_data_is_flushed_before_the_manifest_names_it(tmp_path: Path, flushed, overwrite: bool) -> None:
+    adata = synthetic_counts(300, 40, seed=1)
+    adata.obsm["X_pca"] = np.random.default_rng(0).random((300, 5), dtype=np.float32)  # extras: anndata.zarr
+    out = tmp_path / "out.deltacells"
+    if overwrite:
+        deltacells.write_deltacells(adata[:100].copy(), out, progress=False, tile_size=32)
+        flushed.clear()
+    deltacells.write_deltacells(adata, out, progress=False, tile_size=32, overwrite=overwrite)
+    manifest = os.path.abspath(out / "manifest.json")
+    everything = _everything_under(out)
+    synced_before = {path for path, manifest_seen in flushed if not manifest_seen}
+    if overwrite:  # written under a staging folder, then moved in: compare by the path inside the dataset
+        synced_before = {_moved_in(path, out) for path in synced_before}
+    missing = everything - synced_before - {manifest}
+    assert not missing, sorted(missing)[:5]  # every file and folder, before the manifest was written
+    after = [path for path, manifest_seen in flushed if manifest_seen]
+    assert _moved_in(after[0], out) == manifest  # then the manifest itself
+    assert os.path.abspath(out) in after  # and the dataset's folder, whose entry names it
+    assert deltacells.read_deltacells(out).n_obs == 300
+
+
+def _moved_in(path: str, out: Path) -> str:
+    """``path`` as it is named once a staging folder inside ``out`` has been moved in."""
+    relative = Path(path).relative_to(os.path.abspath(out))
+    parts = relative.parts
+    if parts and parts[0].startswith("."):  # the staging folder and what it holds
+        return os.path.abspath(out.joinpath(*parts[1:]))
+    return path
+
+
+def test_object_stores_flush_nothing(s3_bucket, flushed) -> None:
+    url = f"{s3_bucket.url}/durable"
+    deltacells.write_deltacells(
+        synthetic_counts(50, 10, seed=2), url, storage_options=s3_bucket.storage_options, progress=False
+    )
+    assert flushed == []
+    assert deltacells.read_deltacells(url, storage_options=s3_bucket.storage_options).n_obs == 50
