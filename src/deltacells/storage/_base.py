@@ -217,7 +217,7 @@ class BaseStore(abc.ABC):
         """Return once what is written at ``path`` would survive a crash or a power loss.
 
         ``path`` is an object, or a prefix for everything under it (``""``: the whole store). On a local disk
-        the files and the directories naming them are flushed to the device (:mod:`deltacells.storage._durable`
+        the files and the directories naming them are flushed to the device (``deltacells.storage._durable``
         says what each platform guarantees); on object stores a write that returned is durable already, and
         nothing is done.
         """
