@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 __all__ = [
+    "CommitConflictError",
     "DatasetNotFoundError",
     "DeltaCellsError",
     "DeltaCellsWarning",
@@ -96,6 +97,14 @@ class OutOfRangeError(DeltaCellsError, IndexError):
 
 class OutputExistsError(DeltaCellsError, FileExistsError):
     """The output path holds a dataset or other files, and overwriting was not asked for."""
+
+
+class CommitConflictError(DeltaCellsError, RuntimeError):
+    """Another writer committed to the dataset first: this write was not committed, nothing of it is visible.
+
+    Raised by an append whose conditional commit lost (DECISIONS.md 17); the dataset holds the other writer's
+    version. Call again (``write_deltacells(..., append=True)`` retries ``commit_retries`` times by itself).
+    """
 
 
 class PrefixTooShortError(DeltaCellsError):

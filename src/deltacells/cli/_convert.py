@@ -75,6 +75,18 @@ if TYPE_CHECKING:
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing dataset at OUT.")
 @click.option(
+    "--append",
+    is_flag=True,
+    help="Add IN's cells after those of the dataset at OUT (genes matched by name; the dataset's settings apply).",
+)
+@click.option(
+    "--obsp",
+    type=click.Choice(["refuse", "block_diagonal"]),
+    default="refuse",
+    show_default=True,
+    help="With --append: refuse per-cell graphs (obsp), or add the new cells' as blocks of their own.",
+)
+@click.option(
     "-j", "--jobs", type=click.IntRange(min=1), default=None, help="Threads encoding tiles (default: the usable CPUs)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar (the summary is still printed).")
@@ -96,6 +108,8 @@ def convert(
     max_categories: int,
     obs_tiles_per_file: int,
     overwrite: bool,
+    append: bool,
+    obsp: str,
     jobs: int | None,
     quiet: bool,
     storage_options: str | None,
@@ -105,7 +119,8 @@ def convert(
 
     h5ad is read backed (X streamed, never loaded whole), zarr lazily; 10x and loom files are read with
     scanpy / anndata. Everything else the input holds (obsm, varm, obsp, varp, uns, other layers, raw) is
-    stored beside the tiles, unless --no-extras. OUT is a directory or an fsspec URL. A summary (sizes,
+    stored beside the tiles, unless --no-extras. With --append, IN's cells are added after those of the dataset
+    at OUT, in one atomic commit. OUT is a directory or an fsspec URL. A summary (sizes,
     bytes per nonzero, ratio to the input, time) is printed at the end.
     """
     import tempfile
@@ -150,6 +165,8 @@ def convert(
                 storage_options=options,
                 io_concurrency=io_concurrency,
                 extras=not no_extras,
+                append=append,
+                obsp=obsp,
             )
     except CLIError:
         raise
@@ -161,7 +178,8 @@ def convert(
     from deltacells.dataset import open_dataset
 
     dataset = open_dataset(out, storage_options=options)
-    _check_gene_names(dataset, gene_names)
+    if not append:  # an append keeps the dataset's genes, matched by name
+        _check_gene_names(dataset, gene_names)
     _print_convert_summary(dataset, source, fmt, elapsed, t_open)
 
 
@@ -191,6 +209,13 @@ def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
 #: How write_deltacells' messages name its arguments, and the options that set them.
 _CLI_TERMS = (
     ("pass overwrite=True", "pass --overwrite"),
+    (
+        "append=True adds cells to the dataset and overwrite=True replaces it",
+        "--append adds cells and --overwrite replaces the dataset",
+    ),
+    ("pass obsp='block_diagonal'", "pass --obsp block_diagonal"),
+    ("append with extras=False", "append with --no-extras"),
+    ("write it with extras=False", "convert it with --no-extras"),
     ("pass either layer= or raw=True", "pass either --layer or --raw"),
     ("raw=True but", "--raw but"),
     ("obs_columns [", "--obs-columns ["),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from deltacells.dataset._commit import reading_store
 from deltacells.dataset._dataset import Dataset
 from deltacells.errors import DatasetNotFoundError, MissingObjectError
 from deltacells.format import MANIFEST_NAME, Manifest, check_manifest_text, first_problem_raises
@@ -65,4 +66,7 @@ def open_dataset(
     # No listing: on object storage a LIST costs a request per 1,000 objects. An object the manifest
     # promises (a tile, gene_order.npy, an obs shard) and that is missing is reported when it is read;
     # ``deltacells validate`` checks the flags against the listing.
-    return Dataset(store, Manifest.from_fields(fields), tile_cache_bytes=tile_cache_bytes, threads=threads)
+    manifest = Manifest.from_fields(fields)
+    # An append killed between its commit and the end of its roll-forward: its objects are read where they are.
+    store = reading_store(store, manifest)
+    return Dataset(store, manifest, tile_cache_bytes=tile_cache_bytes, threads=threads)

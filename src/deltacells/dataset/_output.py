@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from deltacells.errors import OutputExistsError
-from deltacells.format import DATASET_ENTRIES, MANIFEST_NAME, STAGING_PREFIX, TILES_DIR
+from deltacells.format import APPEND_PREFIX, DATASET_ENTRIES, LOCK_NAME, MANIFEST_NAME, STAGING_PREFIX, TILES_DIR
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
@@ -26,7 +26,7 @@ __all__ = ["check_output", "clear_unfinished", "holds_dataset", "new_staging_pre
 
 def is_ours(entry: str) -> bool:
     """A dataset entry, a staging prefix, or the temporary file of a killed writer (``<entry>.<hex>.tmp``)."""
-    if entry in DATASET_ENTRIES or entry.startswith(STAGING_PREFIX):
+    if entry in DATASET_ENTRIES or entry == LOCK_NAME or entry.startswith((STAGING_PREFIX, APPEND_PREFIX)):
         return True
     stem, _, suffix = entry.rpartition(".")
     return suffix == "tmp" and stem.rpartition(".")[0] in DATASET_ENTRIES
@@ -74,9 +74,9 @@ def clear_unfinished(store: BaseStore) -> None:
 
 
 def remove_stale_staging(store: BaseStore, *, keep: str | None = None) -> None:
-    """Remove staging prefixes that killed writers left (all but ``keep``)."""
+    """Remove staging prefixes that killed writers (overwrites or appends) left (all but ``keep``)."""
     for entry in store.list():
-        if entry.startswith(STAGING_PREFIX) and entry != keep:
+        if entry.startswith((STAGING_PREFIX, APPEND_PREFIX)) and entry != keep:
             with contextlib.suppress(OSError):
                 store.delete(entry)
 

@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING
 from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from deltacells.format._extras import EXTRAS_FORMAT, MAPPINGS, WHOLE, Extras, check_extras, extras_of
+    from deltacells.format._commit import Commit, commit_of
+    from deltacells.format._extras import (
+        EXTRAS_FORMAT,
+        MAPPINGS,
+        PER_CELL,
+        WHOLE,
+        Extras,
+        check_extras,
+        extras_of,
+    )
     from deltacells.format._fingerprint import obs_fingerprint
     from deltacells.format._listing import check_flags, check_stray_objects, missing_promised
     from deltacells.format._manifest import (
@@ -40,9 +49,11 @@ if TYPE_CHECKING:
         check_manifest_text,
     )
     from deltacells.format._names import (
+        APPEND_PREFIX,
         DATASET_ENTRIES,
         EXTRAS_NAME,
         GENE_ORDER_NAME,
+        LOCK_NAME,
         MANIFEST_NAME,
         OBS_DIR,
         OBS_SCHEMA_NAME,
@@ -99,11 +110,16 @@ _LAZY = {
     "EXTRAS_NAME": "deltacells.format._names",
     "EXTRAS_FORMAT": "deltacells.format._extras",
     "MAPPINGS": "deltacells.format._extras",
+    "PER_CELL": "deltacells.format._extras",
     "WHOLE": "deltacells.format._extras",
     "Extras": "deltacells.format._extras",
     "check_extras": "deltacells.format._extras",
     "extras_of": "deltacells.format._extras",
     "GENE_ORDER_NAME": "deltacells.format._names",
+    "APPEND_PREFIX": "deltacells.format._names",
+    "LOCK_NAME": "deltacells.format._names",
+    "Commit": "deltacells.format._commit",
+    "commit_of": "deltacells.format._commit",
     "MANIFEST_NAME": "deltacells.format._names",
     "OBS_DIR": "deltacells.format._names",
     "OBS_SCHEMA_NAME": "deltacells.format._names",
@@ -147,6 +163,7 @@ _LAZY = {
 
 
 __all__ = [
+    "APPEND_PREFIX",
     "CATEGORY_ARROW_TYPES",
     "DATASET_ENTRIES",
     "EXTRAS_FORMAT",
@@ -157,6 +174,7 @@ __all__ = [
     "GENE_ORDER_NAME",
     "INDEX_COLUMN",
     "KINDS",
+    "LOCK_NAME",
     "MANIFEST_NAME",
     "NUMERIC_ARROW_TYPES",
     "OBS_DIR",
@@ -170,8 +188,10 @@ __all__ = [
     "VAR_NAMES_NAME",
     "VAR_TABLE_NAME",
     "Checker",
+    "Commit",
     "Extras",
     "MAPPINGS",
+    "PER_CELL",
     "Manifest",
     "ManifestFields",
     "ObsColumn",
@@ -181,6 +201,7 @@ __all__ = [
     "WHOLE",
     "check_codes",
     "check_extras",
+    "commit_of",
     "check_fingerprint",
     "check_flags",
     "missing_promised",

@@ -12,6 +12,11 @@ reader that knows only FORMAT.md ignores it::
         "elements": ["X", "layers/log1p", "obsm/X_pca", "obsp/connectivities", "raw", "uns", "varm/PCs"]
     }}}
 
+An append (DECISIONS.md 17) adds the new cells' per-cell elements (obsm, obsp) as a *part*: a group of its own
+at ``anndata.zarr/parts/<version>``, listed in ``"parts": [{"group": "parts/000001", "n_cells": 5000}]``
+(after the base group's cells, in order); obsm rows are the parts' rows one after the other, obsp the
+block-diagonal matrix of the parts'.
+
 ``counts`` says where the tiles' matrix was in the AnnData (``"X"``, ``"raw"`` or ``"layers/<name>"``), and
 ``elements`` the paths written in the group: ``X``, ``var`` (the AnnData's own var, when the tiles hold raw's
 genes), ``raw`` and ``uns`` whole, and ``<mapping>/<key>`` for each key of obsm, varm, obsp, varp and layers.
@@ -19,19 +24,23 @@ genes), ``raw`` and ``uns`` whole, and ``<mapping>/<key>`` for each key of obsm,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from deltacells.format._names import MANIFEST_NAME
 from deltacells.format._problems import Checker, Problem
 
-__all__ = ["EXTRAS_FORMAT", "MAPPINGS", "WHOLE", "Extras", "check_extras", "extras_of"]
+__all__ = ["EXTRAS_FORMAT", "MAPPINGS", "PER_CELL", "WHOLE", "Extras", "check_extras", "extras_of"]
 
 #: The zarr format of ``anndata.zarr``: 2, whose consolidated metadata (``.zmetadata``) opens the group in one read.
 EXTRAS_FORMAT = 2
 
 #: The AnnData mappings whose keys are elements of their own (``obsm/X_pca``).
 MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
+
+#: The mappings whose elements have a row per cell and grow with an append (obsp: block-diagonally).
+PER_CELL = ("obsm", "obsp")
 
 #: The elements written whole.
 WHOLE = ("X", "var", "raw", "uns")
@@ -56,6 +65,12 @@ class Extras:
     counts: str
     elements: tuple[str, ...]
     zarr_format: int = EXTRAS_FORMAT
+    parts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def per_cell(self) -> list[str]:
+        """The elements with a row per cell that an append grows (obsm, obsp)."""
+        return [path for path in self.elements if path.partition("/")[0] in PER_CELL]
 
     @property
     def counts_layer(self) -> str | None:
@@ -68,7 +83,11 @@ class Extras:
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest's entry (``metadata["deltacells"]["anndata"]``)."""
-        return {"zarr_format": self.zarr_format, "counts": self.counts, "elements": list(self.elements)}
+        entry: dict[str, Any] = {"zarr_format": self.zarr_format, "counts": self.counts}
+        entry["elements"] = list(self.elements)
+        if self.parts:
+            entry["parts"] = [{"group": group, "n_cells": n} for group, n in self.parts]
+        return entry
 
 
 def extras_of(metadata: Any) -> Checker[Extras | None]:
@@ -103,7 +122,24 @@ def check_extras(entry: Any) -> Checker[Extras | None]:
     if counts in elements or len(set(elements)) != len(elements):
         yield Problem(MANIFEST_NAME, f"{_WHERE}.elements lists the tiles' matrix {counts!r} or a path twice")
         return None
-    return Extras(counts=counts, elements=tuple(elements), zarr_format=zarr_format)
+    parts = entry.get("parts", [])
+    if not isinstance(parts, list) or not all(
+        isinstance(p, dict)
+        and isinstance(p.get("group"), str)
+        and re.fullmatch(r"parts/[0-9]{6}", p["group"])
+        and isinstance(p.get("n_cells"), int)
+        and not isinstance(p.get("n_cells"), bool)
+        and p["n_cells"] >= 1
+        for p in parts
+    ):
+        yield Problem(MANIFEST_NAME, f"{_WHERE}.parts is not a list of {{'group': 'parts/NNNNNN', 'n_cells': n}}")
+        return None
+    return Extras(
+        counts=counts,
+        elements=tuple(elements),
+        zarr_format=zarr_format,
+        parts=tuple((p["group"], p["n_cells"]) for p in parts),
+    )
 
 
 def _is_mapping_path(path: str, mappings: tuple[str, ...]) -> bool:

@@ -6,10 +6,12 @@ Paths are relative to the dataset root and use ``/`` whatever the filesystem.
 from __future__ import annotations
 
 __all__ = [
+    "APPEND_PREFIX",
     "DATASET_ENTRIES",
     "EXTRAS_NAME",
     "GENE_ORDER_NAME",
     "INDEX_COLUMN",
+    "LOCK_NAME",
     "MANIFEST_NAME",
     "OBS_DIR",
     "OBS_SCHEMA_NAME",
@@ -53,6 +55,12 @@ INDEX_COLUMN = "_index"
 
 #: Prefix of the directory under the root where an overwrite writes the new dataset before swapping it in.
 STAGING_PREFIX = ".deltacells-staging-"
+
+#: Prefix of the directory under the root where an append stages its objects until they are rolled forward.
+APPEND_PREFIX = ".deltacells-append-"
+
+#: The lock file that serialises writers of a dataset on a local disk (DECISIONS.md 17).
+LOCK_NAME = ".deltacells-lock"
 
 
 def tile_path(index: int) -> str:

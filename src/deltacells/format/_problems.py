@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from deltacells.errors import DeltaCellsError, FormatError, MissingObjectError
 
-__all__ = ["Checker", "Problem", "collect", "first_problem_raises", "problem_from_error"]
+__all__ = ["Checker", "Problem", "collect", "first_problem_raises", "problem_from_error", "reopen_hint"]
 
 T = TypeVar("T")
 
@@ -82,3 +82,10 @@ def collect(checker: Checker[T], sink: Any) -> T:
         except StopIteration as stop:
             return stop.value
         sink(problem)
+
+
+def reopen_hint(index: int, per_object: Any) -> str:
+    """For the last tile or shard of a manifest (the objects an append rewrites): the advice to open it again."""
+    if per_object is None or index != len(per_object) - 1:
+        return ""
+    return " (if cells were appended to the dataset since it was opened, open it again)"

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from deltacells.format._fingerprint import obs_fingerprint
 from deltacells.format._names import MANIFEST_NAME, OBS_SCHEMA_NAME, obs_shard_path
-from deltacells.format._problems import Checker, Problem
+from deltacells.format._problems import Checker, Problem, reopen_hint
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -48,7 +48,8 @@ def check_shard_bytes(blob: bytes, shard: int, fields: ManifestFields) -> Checke
         yield Problem(
             name,
             f"size is {len(blob)} bytes but {MANIFEST_NAME} field obs_shard_bytes[{shard}] says "
-            f"{fields.obs_shard_bytes[shard]}; the shard does not match the manifest",
+            f"{fields.obs_shard_bytes[shard]}; the shard does not match the manifest"
+            f"{reopen_hint(shard, fields.obs_shard_bytes)}",
         )
     if fields.obs_shard_sha256 is not None:
         digest = hashlib.sha256(blob).hexdigest()
@@ -56,7 +57,8 @@ def check_shard_bytes(blob: bytes, shard: int, fields: ManifestFields) -> Checke
             yield Problem(
                 name,
                 f"SHA-256 is {digest} but {MANIFEST_NAME} field obs_shard_sha256[{shard}] says "
-                f"{fields.obs_shard_sha256[shard]}; the shard was modified or damaged",
+                f"{fields.obs_shard_sha256[shard]}; the shard was modified or damaged"
+                f"{reopen_hint(shard, fields.obs_shard_sha256)}",
             )
 
 

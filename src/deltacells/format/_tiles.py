@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deltacells.format._names import MANIFEST_NAME, tile_path
-from deltacells.format._problems import Checker, Problem, problem_from_error
+from deltacells.format._problems import Checker, Problem, problem_from_error, reopen_hint
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
@@ -27,7 +27,8 @@ def check_tile_size(size: int, tile: int, fields: ManifestFields) -> Checker[Non
     if fields.tile_bytes is not None and size != fields.tile_bytes[tile]:
         yield Problem(
             tile_path(tile),
-            f"size is {size} bytes but {MANIFEST_NAME} field tile_bytes[{tile}] says {fields.tile_bytes[tile]}",
+            f"size is {size} bytes but {MANIFEST_NAME} field tile_bytes[{tile}] says {fields.tile_bytes[tile]}"
+            f"{reopen_hint(tile, fields.tile_bytes)}",
         )
 
 
@@ -39,7 +40,11 @@ def check_tile(decoded: DecodedTile | CheckedTile, tile: int, fields: ManifestFi
         ("tile_nnz", "nonzeros", decoded.nnz, fields.tile_nnz),
     ):
         if want is not None and got != want[tile]:
-            yield Problem(name, f"holds {got} {what} but {MANIFEST_NAME} field {field}[{tile}] says {want[tile]}")
+            yield Problem(
+                name,
+                f"holds {got} {what} but {MANIFEST_NAME} field {field}[{tile}] says {want[tile]}"
+                f"{reopen_hint(tile, want)}",
+            )
     if fields.n_genes is not None and decoded.n_genes != fields.n_genes:
         yield Problem(
             name, f"header field n_genes is {decoded.n_genes} but {MANIFEST_NAME} field n_genes is {fields.n_genes}"

@@ -12,7 +12,7 @@ embedding opens in constant time and memory, and ``adata[cells].to_memory()`` re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltacells.errors import InvalidTypeError, warn
@@ -59,8 +59,12 @@ def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[
     return counts, elements
 
 
-def write_extras(store: BaseStore, counts: str, elements: Mapping[str, Any]) -> Extras:
+def write_extras(
+    store: BaseStore, counts: str, elements: Mapping[str, Any], *, group_path: str = EXTRAS_NAME
+) -> Extras:
     """Write ``elements`` with anndata's element writer into ``anndata.zarr`` in ``store``; consolidate its metadata.
+
+    ``group_path`` is the group's path in ``store`` (an append writes a part of its own under ``anndata.zarr``).
 
     Raises
     ------
@@ -70,7 +74,7 @@ def write_extras(store: BaseStore, counts: str, elements: Mapping[str, Any]) -> 
     import anndata as ad
     import zarr
 
-    location = zarr_store(store, EXTRAS_NAME, read_only=False)
+    location = zarr_store(store, group_path, read_only=False)
     group = zarr.open_group(location, mode="w", zarr_format=EXTRAS_FORMAT)
     for path, value in elements.items():
         mapping, _, key = path.rpartition("/")
@@ -94,11 +98,11 @@ def write_extras(store: BaseStore, counts: str, elements: Mapping[str, Any]) -> 
     return Extras(counts=counts, elements=tuple(elements), zarr_format=EXTRAS_FORMAT)
 
 
-def open_extras(store: BaseStore, extras: Extras, *, consolidated: bool = True) -> Any:
-    """The ``anndata.zarr`` group: from its consolidated metadata (one read, no listing), or object by object."""
+def open_extras(store: BaseStore, extras: Extras, *, consolidated: bool = True, group: str = EXTRAS_NAME) -> Any:
+    """The ``anndata.zarr`` group (or ``group``, a part of it): from its consolidated metadata, or object by object."""
     import zarr
 
-    location = zarr_store(store, EXTRAS_NAME, read_only=True)
+    location = zarr_store(store, group, read_only=True)
     return zarr.open_group(location, mode="r", zarr_format=extras.zarr_format, use_consolidated=consolidated)
 
 
@@ -108,13 +112,27 @@ def read_extras(store: BaseStore, extras: Extras, *, in_memory_bytes: int | None
     Elements of more than ``in_memory_bytes`` (default :data:`IN_MEMORY_BYTES`) are lazy; without dask they
     are read into memory, with a warning. raw is an AnnData whose X is lazy when it is large.
     """
+    limit = IN_MEMORY_BYTES if in_memory_bytes is None else in_memory_bytes
+    elements = _read_group(store, open_extras(store, extras), extras.elements, limit)
+    if extras.parts:  # an appended dataset: each append's per-cell elements, put together
+        from deltacells.io._extras_parts import combine_parts
+
+        per_cell = extras.per_cell
+        parts = [
+            _read_group(store, open_extras(store, extras, group=f"{EXTRAS_NAME}/{group}"), per_cell, limit)
+            for group, _ in extras.parts
+        ]
+        for path in per_cell:
+            elements[path] = combine_parts(path, [elements[path], *(part[path] for part in parts)])
+    return elements
+
+
+def _read_group(store: BaseStore, group: Any, paths: Sequence[str], limit: int) -> dict[str, Any]:
     import anndata as ad
 
-    limit = IN_MEMORY_BYTES if in_memory_bytes is None else in_memory_bytes
-    group = open_extras(store, extras)
     lazy_ok = _has_dask()
     elements: dict[str, Any] = {}
-    for path in extras.elements:
+    for path in paths:
         element = group[path]
         inner = element["X"] if path == "raw" else element  # raw: its X is the large part
         big = path != "uns" and stored_bytes(inner) > limit

@@ -11,8 +11,8 @@ import pandas as pd
 
 from deltacells.codec._encode import Level, resolve_level
 from deltacells.dataset import DatasetWriter
-from deltacells.dataset._output import check_output
-from deltacells.errors import InvalidTypeError, UnknownKeyError, warn
+from deltacells.dataset._output import check_output, holds_dataset
+from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
 from deltacells.io._extras import collect_extras, write_extras
 from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
@@ -46,6 +46,9 @@ def write_deltacells(
     storage_options: dict[str, Any] | None = None,
     io_concurrency: int | None = None,
     extras: bool = True,
+    append: bool = False,
+    obsp: str = "refuse",
+    commit_retries: int = 10,
 ) -> None:
     """Write an AnnData's raw counts as a deltacells dataset, with everything else the AnnData holds.
 
@@ -107,6 +110,23 @@ def write_deltacells(
         the tiles, raw, and X when the counts come from ``layer=`` or ``raw=True``) with anndata's own element
         writer, in the zarr group ``anndata.zarr`` beside the tiles (DECISIONS.md 15), so that
         :func:`read_deltacells` gives the whole AnnData back. ``False`` stores the counts, obs and var only.
+    append
+        Add ``adata``'s cells after the cells of the dataset at ``path`` (DECISIONS.md 17; a path without a
+        dataset gets a new one). Genes are matched by name (any order; the dataset's gene order and var are
+        kept), obs columns by name and kind (a categorical's vocabulary grows; obs names must stay unique), the
+        last partial tile is completed, and obsm grows with the cells. The dataset's own settings
+        (``tile_size``, ``n_chunks``, ``level``, ``obs_tiles_per_file``) apply, and ``reorder_genes`` does not.
+        The append is committed atomically: a reader, or a writer killed at any point, sees the dataset
+        without or with all of the new cells; concurrent appenders are serialised by a lock on a local disk
+        and by a conditional write on S3 (see ``commit_retries``).
+    obsp
+        With ``append=True``, what happens to per-cell graphs (obsp): ``"refuse"`` (an error, the default) or
+        ``"block_diagonal"`` (the new cells' graphs are added as blocks of their own, with no edge to the
+        dataset's cells).
+    commit_retries
+        With ``append=True``, how many times an append that another writer beat to the commit starts again
+        (re-reading the dataset) before raising :class:`~deltacells.errors.CommitConflictError`; 0 raises at
+        once.
 
     Raises
     ------
@@ -115,18 +135,36 @@ def write_deltacells(
         naming the first offending cell and gene, an obs column of a type the
         format cannot hold, naming the column, or an unknown ``level``; no dataset is left behind.
     FileExistsError
-        If ``path`` holds a dataset and ``overwrite`` is false.
+        If ``path`` holds a dataset and neither ``overwrite`` nor ``append`` is true.
     TypeError
         For an element anndata's writer cannot store (naming it), before any tile is written.
+    CommitConflictError
+        With ``append=True``, if other writers committed first ``commit_retries + 1`` times.
     """
     level = resolve_level(level)
+    if append and overwrite:
+        msg = "append=True adds cells to the dataset and overwrite=True replaces it: pass one of them"
+        raise InvalidValueError(msg)
     source = matrix_source(adata, layer=layer, raw=raw)
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
     ref = view_parts(adata)[0]
     var = _in_memory(ref.raw.var if raw else ref.var).iloc[source.cols].copy()
     store = open_store(path, storage_options, io_concurrency=io_concurrency)
-    check_output(store, overwrite=overwrite)
     counts, elements = collect_extras(adata, layer=layer, raw=raw) if extras else ("X", {})
+    if append and holds_dataset(store):
+        from deltacells.io._append import append_anndata
+
+        bar = _progress_bar(source.n_rows, enabled=progress)
+        bar.set_description("append")
+        try:
+            append_anndata(
+                adata, store, source=source, obs=obs, var=var, counts=counts, elements=elements if extras else None,
+                block_rows=max(tile_size, 4096), obsp=obsp, threads=threads, commit_retries=commit_retries, bar=bar,
+            )  # fmt: skip
+        finally:
+            bar.close()
+        return
+    check_output(store, overwrite=overwrite)
     if not var.index.is_unique:
         warn(
             "var_names are not unique; they are written as they are (read_deltacells gives them back in the "

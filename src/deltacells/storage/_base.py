@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from deltacells.errors import MissingObjectError
+from deltacells.errors import CommitConflictError, MissingObjectError
 
 if TYPE_CHECKING:
     from deltacells.storage._file import StoreFile
@@ -212,6 +212,74 @@ class BaseStore(abc.ABC):
             If something exists at ``dst`` (nothing is overwritten); :class:`~deltacells.errors.OutputExistsError`
             from the stores of deltacells.
         """
+
+    def replace(self, src: str, dst: str) -> None:
+        """Move object ``src`` to ``dst``, replacing what ``dst`` holds: readers of ``dst`` see old bytes or new.
+
+        The default reads, writes and deletes; stores override it with a rename (local disks) or a copy on
+        the server (object stores).
+
+        Raises
+        ------
+        MissingObjectError
+            If ``src`` does not exist (nothing is changed).
+        """
+        self.write(dst, self.read(src))
+        self.delete(src)
+
+    # ------------------------------------------------------------------------------ conditional writes
+
+    @property
+    def atomic_conditional_writes(self) -> bool:
+        """Whether :meth:`write_if` compares and writes in one atomic step on the server (S3's conditional PUT).
+
+        Where it does not (a local disk, other filesystems), writers that may race take a lock around it.
+        """
+        return False
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """Object ``path`` and its version tag, for a later :meth:`write_if` (default: the SHA-256 of its bytes).
+
+        Raises
+        ------
+        MissingObjectError
+            If the object does not exist.
+        """
+        import hashlib
+
+        data = self.read(path)
+        return data, hashlib.sha256(data).hexdigest()
+
+    def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
+        """Write ``path`` only if it is still at ``version`` (from :meth:`read_versioned`; ``None``: only if absent).
+
+        Atomic where :attr:`atomic_conditional_writes` says so; otherwise a read, a comparison and a write,
+        which callers serialise with a lock.
+
+        Returns
+        -------
+        str
+            The version tag of what was written.
+
+        Raises
+        ------
+        CommitConflictError
+            If the object changed (or exists, or was removed) since: nothing was written.
+        """
+        try:
+            current = self.read_versioned(path)[1]
+        except FileNotFoundError:
+            current = None
+        if current != version:
+            raise self._conflict(path)
+        self.write(path, data)
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest()
+
+    def _conflict(self, path: str) -> CommitConflictError:
+        msg = f"{self._where(path)} changed since it was read: another writer committed first; nothing was written"
+        return CommitConflictError(msg)
 
     def sync(self, path: str = "") -> None:
         """Return once what is written at ``path`` would survive a crash or a power loss.

@@ -83,6 +83,23 @@ class PrefixStore(BaseStore):
         """Remove object or prefix ``path``; nothing happens when absent."""
         self.store.delete(self._inner(path))
 
+    def replace(self, src: str, dst: str) -> None:
+        """Move object ``src`` to ``dst``, replacing it (the inner store's :meth:`~BaseStore.replace`)."""
+        self.store.replace(self._inner(src), self._inner(dst))
+
+    @property
+    def atomic_conditional_writes(self) -> bool:
+        """Whether the inner store's conditional writes are atomic."""
+        return self.store.atomic_conditional_writes
+
+    def read_versioned(self, path: str) -> tuple[bytes, str]:
+        """Object ``path`` and its version tag (the inner store's)."""
+        return self.store.read_versioned(self._inner(path))
+
+    def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
+        """Write ``path`` only if it is still at ``version`` (the inner store's :meth:`~BaseStore.write_if`)."""
+        return self.store.write_if(self._inner(path), data, version=version)
+
     def move(self, src: str, dst: str) -> None:
         """Rename object or prefix ``src`` to ``dst``, both inside the prefix."""
         self.store.move(self._inner(src), self._inner(dst))

@@ -248,6 +248,8 @@ class TileWriter:
         ``None`` keeps the columns as they are.
     threads
         Tiles encoded at once (default: the usable CPUs).
+    first_tile
+        The index of the first tile written (an append continues a dataset's tiles).
     max_pending_bytes
         The most bytes uploading at once (default ``DEFAULT_MAX_PENDING_BYTES``, 256 MiB); a single tile
         larger than that is still uploaded, alone.
@@ -265,11 +267,13 @@ class TileWriter:
         level: Level = DEFAULT_LEVEL,
         columns: np.ndarray | None = None,
         threads: int | None = None,
+        first_tile: int = 0,
         max_pending_bytes: int | None = None,
         max_pending_uploads: int | None = None,
     ) -> None:
         check_tile_settings(n_genes, tile_size=tile_size, n_chunks=n_chunks)
         self.store = store
+        self.first_tile = int(first_tile)
         self.n_genes = int(n_genes)
         self.tile_size = int(tile_size)
         self.n_chunks = int(n_chunks)
@@ -364,7 +368,7 @@ class TileWriter:
     def _emit_tile(self, n_rows: int) -> None:
         self.uploads.check()  # an upload failed: stop now, not at the end
         block = self._take_rows(n_rows)
-        index = len(self._tile_cells) + len(self._in_flight)
+        index = self.first_tile + len(self._tile_cells) + len(self._in_flight)
         while len(self._in_flight) >= self._max_in_flight:
             self._collect_one()
         self._in_flight.append(self._pool.submit(self._encode_and_store, index, block))

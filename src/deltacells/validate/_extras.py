@@ -33,10 +33,24 @@ def check_extras(store: BaseStore, fields: ManifestFields, found: Collector) -> 
         )
         return
     n_cells, n_genes = fields.n_cells, fields.n_genes
+    appended = sum(n for _, n in extras.parts)
+    if n_cells is not None and appended >= n_cells:
+        found.add(MANIFEST_NAME, f"metadata.deltacells.anndata.parts hold {appended} cells of the {n_cells}")
+        return
     if extras.counts == "raw":  # the tiles hold raw's genes: X and its elements have the AnnData's own
         n_genes = _length(group, "var", found)
+    base_cells = None if n_cells is None else n_cells - appended
     for path in extras.elements:
-        _check_element(group, path, _expected_shape(path, extras, n_cells, n_genes), found)
+        _check_element(group, path, _expected_shape(path, extras, base_cells, n_genes), found)
+    for part, part_cells in extras.parts:  # each append's per-cell elements, in a group of their own
+        try:
+            part_group = open_extras(store, extras, consolidated=False, group=f"{EXTRAS_NAME}/{part}")
+        except Exception as exc:
+            found.add(f"{EXTRAS_NAME}/{part}", f"cannot be opened as a zarr group ({type(exc).__name__}: {exc})")
+            continue
+        for path in extras.per_cell:
+            shape = _expected_shape(path, extras, part_cells, n_genes)
+            _check_element(part_group, path, shape, found, where=f"{EXTRAS_NAME}/{part}/{path}")
 
 
 def _expected_shape(path: str, extras: Extras, n_cells: int | None, n_genes: int | None) -> tuple[Any, ...] | None:
@@ -55,10 +69,12 @@ def _expected_shape(path: str, extras: Extras, n_cells: int | None, n_genes: int
     }[place]
 
 
-def _check_element(group: Any, path: str, expected: tuple[Any, ...] | None, found: Collector) -> None:
+def _check_element(
+    group: Any, path: str, expected: tuple[Any, ...] | None, found: Collector, *, where: str | None = None
+) -> None:
     from deltacells.io._extras import stored_shape
 
-    where = f"{EXTRAS_NAME}/{path}"
+    where = where or f"{EXTRAS_NAME}/{path}"
     try:
         element = group[path]
         shape = stored_shape(element)
@@ -74,7 +90,7 @@ def _check_element(group: Any, path: str, expected: tuple[Any, ...] | None, foun
     if expected is None or shape is None:
         return
     if any(want is not None and got != want for got, want in zip(shape, expected, strict=False)):
-        found.add(where, f"has shape {shape}, where the dataset's cells and genes give {expected}")
+        found.add(where, f"has shape {shape}, where the dataset's (or its part's) cells and genes give {expected}")
 
 
 def _check_raw(group: Any, found: Collector) -> None:

@@ -1,0 +1,270 @@
+"""Committing a new version of a dataset, and reading or finishing one that is half rolled forward.
+
+The protocol (DECISIONS.md 17; the architecture page draws it):
+
+1. A writer takes the dataset's lock (:func:`writer_lock`: a lock file on a local disk; nothing on object
+   stores, whose conditional writes decide instead) and reads ``manifest.json`` with its version tag
+   (S3's ETag). If that manifest is *pending* (see ``deltacells.format._commit``), it first finishes that
+   commit (:func:`roll_forward`).
+2. It writes every object that changes or is new (the last tile, completed, and the new tiles, the last obs
+   shard and the new ones, ``obs/schema.json``, the new part of ``anndata.zarr``) under a fresh staging
+   prefix ``.deltacells-append-<id>/`` and makes them durable (fsync on a local disk). Nothing the current
+   manifest names has changed; a writer killed here leaves the old version, whole, and a staging prefix the
+   next writer removes.
+3. **The commit**: it writes the new manifest, which names the staging prefix and its objects (pending),
+   with a conditional write (:meth:`~deltacells.storage.BaseStore.write_if`): only if ``manifest.json`` is
+   still the one read in step 1 (S3 ``If-Match``; under the lock elsewhere). A writer that loses gets
+   :class:`~deltacells.errors.CommitConflictError`, removes its staging prefix and tries again from step 1
+   or gives up. From this moment readers open the new version: :class:`PendingCommitStore` reads each of
+   the commit's objects from the staging prefix while it is there.
+4. It moves each staged object to its place (a rename on a local disk, a copy then a delete on object
+   stores), makes them durable, and rewrites the manifest without the pending entry (again conditionally:
+   if someone finished it first, nothing is lost). A writer killed in steps 3-4 leaves a pending manifest,
+   which reads as the new version and which the next writer finishes.
+
+Readers that opened the old version and read the completed last tile or the rewritten obs shard after step
+4 find a size or a hash that differs from their manifest and get a :class:`~deltacells.FormatError` naming
+the object and saying to open the dataset again; they never decode cells of two versions together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from deltacells.errors import CommitConflictError, MissingObjectError
+from deltacells.format import APPEND_PREFIX, EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, Commit, Manifest, commit_of
+from deltacells.format._problems import first_problem_raises
+from deltacells.storage import BaseStore
+from deltacells.storage._base import ByteRequest
+
+__all__ = [
+    "PendingCommitStore",
+    "commit_entry",
+    "read_for_commit",
+    "remove_stale_appends",
+    "reading_store",
+    "roll_forward",
+    "sync_entries",
+    "with_commit",
+    "writer_lock",
+]
+
+
+@contextlib.contextmanager
+def writer_lock(store: BaseStore, *, timeout: float = -1) -> Iterator[None]:
+    """Hold the dataset's writer lock: a lock file (``.deltacells-lock``) on a local disk, nothing elsewhere.
+
+    The operating system releases the lock of a process that dies (``flock``), so a killed writer never
+    blocks the next one.
+
+    Parameters
+    ----------
+    store
+        The dataset's root.
+    timeout
+        Seconds to wait for the lock (negative: for ever).
+    """
+    local = store.local_path(LOCK_NAME) if store.is_local else None
+    if local is None:
+        yield
+        return
+    from filelock import FileLock
+
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    with FileLock(local, timeout=timeout):
+        yield
+
+
+def commit_entry(manifest: Manifest, url: str = "") -> Commit:
+    """The manifest's :class:`~deltacells.format.Commit` (version 0 without one).
+
+    Raises
+    ------
+    FormatError
+        If the entry is malformed, naming the field.
+    """
+    commit = first_problem_raises(commit_of(manifest.metadata), url)
+    assert commit is not None
+    return commit
+
+
+def with_commit(manifest: Manifest, commit: Commit) -> Manifest:
+    """``manifest`` with ``commit`` as its commit entry."""
+    metadata = dict(manifest.metadata)
+    ours = metadata.get("deltacells")
+    metadata["deltacells"] = {**(ours if isinstance(ours, dict) else {}), "commit": commit.to_dict()}
+    return dataclasses.replace(manifest, metadata=metadata)
+
+
+def read_for_commit(store: BaseStore) -> tuple[Manifest, str, Commit]:
+    """The current manifest, its version tag (for the conditional commit) and its commit entry.
+
+    Raises
+    ------
+    MissingObjectError
+        If there is no manifest.
+    FormatError
+        If it is malformed.
+    """
+    text, version = store.read_versioned(MANIFEST_NAME)
+    manifest = Manifest.from_json(text, where=f"{store.url.rstrip('/')}/{MANIFEST_NAME}")
+    return manifest, version, commit_entry(manifest, store.url)
+
+
+def roll_forward(store: BaseStore, manifest: Manifest, version: str, commit: Commit) -> None:
+    """Finish a pending commit: move its staged objects to their places, then drop the pending entry.
+
+    Idempotent, and safe to run in several processes at once: an object already moved is skipped (its place
+    holds the same bytes), and the manifest is rewritten only if it is still the pending one.
+    """
+    if not commit.pending:
+        return
+    assert commit.staging is not None
+    for path in commit.objects:
+        staged = f"{commit.staging}/{path}"
+        if path.startswith(f"{EXTRAS_NAME}/"):  # a zarr group: moved whole, once
+            if store.exists(staged):
+                store.delete(path)  # what a killed move copied of it
+                store.move(staged, path)
+        else:
+            with contextlib.suppress(MissingObjectError):  # moved already
+                store.replace(staged, path)
+    sync_entries(store, commit.objects)
+    done = with_commit(manifest, commit.done())
+    with contextlib.suppress(CommitConflictError):  # another writer finished it (or committed after it)
+        store.write_if(MANIFEST_NAME, done.to_json().encode(), version=version)
+        store.sync(MANIFEST_NAME)
+    store.delete(commit.staging)
+
+
+def sync_entries(store: BaseStore, paths: Sequence[str]) -> None:
+    """On a local disk, flush the directories naming ``paths`` (their new entries) and the root; else nothing."""
+    if not store.is_local:
+        return
+    from deltacells.storage._durable import fsync_path
+
+    root = store.local_path("")
+    assert root is not None
+    directories = {os.path.dirname(store.local_path(path) or root) for path in paths} | {root}
+    for directory in sorted(directories, key=len, reverse=True):
+        if os.path.isdir(directory):
+            fsync_path(directory)
+
+
+def remove_stale_appends(store: BaseStore, *, keep: str | None = None) -> None:
+    """Remove the staging prefixes that appends killed before their commit left (under the lock only)."""
+    for entry in store.list():
+        if entry.startswith(APPEND_PREFIX) and entry != keep:
+            with contextlib.suppress(OSError):
+                store.delete(entry)
+
+
+def reading_store(store: BaseStore, manifest: Manifest) -> BaseStore:
+    """The store readers of ``manifest`` use: ``store`` itself, or a :class:`PendingCommitStore` if pending.
+
+    Raises
+    ------
+    FormatError
+        If the manifest's commit entry is malformed.
+    """
+    commit = commit_entry(manifest, store.url)
+    if not commit.pending:
+        return store
+    assert commit.staging is not None
+    return PendingCommitStore(store, commit.staging, commit.objects)
+
+
+class PendingCommitStore(BaseStore):
+    """A dataset whose last commit is pending: its objects read from the staging prefix while they are there.
+
+    Every other call goes to ``store``. An object of the commit (or an object under a prefix of it) is read
+    from ``<staging>/<path>`` and, once that is gone (moved to its place by whoever rolls the commit
+    forward), from ``<path>``: both hold the same bytes. Not local (reads go through :meth:`read`), so that
+    memory maps never pin a file that is about to move.
+
+    Parameters
+    ----------
+    store
+        The dataset's root.
+    staging
+        The commit's staging prefix.
+    objects
+        The commit's objects, relative to the root.
+    """
+
+    def __init__(self, store: BaseStore, staging: str, objects: Sequence[str]) -> None:
+        self.store = store
+        self.staging = staging
+        self.objects = tuple(objects)
+        self._prefixes = tuple(f"{o}/" for o in self.objects)
+        self.url = store.url
+
+    def __reduce__(self) -> tuple[type[PendingCommitStore], tuple[BaseStore, str, tuple[str, ...]]]:
+        return (type(self), (self.store, self.staging, self.objects))
+
+    @property
+    def io_concurrency(self) -> int:
+        """The inner store's bound on requests in flight."""
+        return self.store.io_concurrency
+
+    def _staged(self, path: str) -> str | None:
+        if path in self.objects or path.startswith(self._prefixes):
+            return f"{self.staging}/{path}"
+        return None
+
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes of ``path``: from the staging prefix while the commit's object is there, else its place."""
+        staged = self._staged(path)
+        if staged is not None:
+            with contextlib.suppress(MissingObjectError):
+                return self.store.read(staged, start, end)
+        return self.store.read(path, start, end)
+
+    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+        """Many reads (see :meth:`read`), concurrently."""
+        return BaseStore.read_many(self, requests, max_workers=max_workers)
+
+    def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
+        """Start a read (see :meth:`read`) on the store's I/O threads."""
+        return self._io_pool().submit(self.read, path, start, end)
+
+    def size(self, path: str) -> int:
+        """Size in bytes of ``path`` (see :meth:`read`)."""
+        staged = self._staged(path)
+        if staged is not None:
+            with contextlib.suppress(FileNotFoundError):
+                return self.store.size(staged)
+        return self.store.size(path)
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists, staged or in place."""
+        staged = self._staged(path)
+        return (staged is not None and self.store.exists(staged)) or self.store.exists(path)
+
+    def list(self, prefix: str = "") -> list[str]:
+        """The entries under ``prefix`` in place."""
+        return self.store.list(prefix)
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write ``path`` in place."""
+        self.store.write(path, data)
+
+    def delete(self, path: str) -> None:
+        """Remove ``path`` in place."""
+        self.store.delete(path)
+
+    def move(self, src: str, dst: str) -> None:
+        """Rename in place."""
+        self.store.move(src, dst)
+
+    def fsspec_location(self, path: str) -> tuple[str, dict[str, Any]]:
+        """The location of ``path``: staged while it is there, else in place."""
+        staged = self._staged(path)
+        if staged is not None and self.store.exists(staged):
+            return self.store.fsspec_location(staged)
+        return self.store.fsspec_location(path)

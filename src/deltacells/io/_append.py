@@ -1,0 +1,125 @@
+"""``write_deltacells(adata, path, append=True)``: an AnnData's cells added after a dataset's (DECISIONS.md 17).
+
+Genes are matched by name to the dataset's (any order; the dataset's gene order and var stay as they are), obs
+columns by name and kind (``deltacells.obs._append``), the per-cell elements beside the tiles grow by a part
+of their own (``deltacells.io._extras_parts``); the commit is ``deltacells.dataset._append``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from deltacells.dataset import open_dataset
+from deltacells.dataset._append import AppendRequest, append_cells
+from deltacells.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+    from deltacells.format import Manifest
+    from deltacells.io._sources import MatrixSource
+    from deltacells.storage import BaseStore
+
+__all__ = ["append_anndata"]
+
+
+def append_anndata(
+    adata: ad.AnnData,
+    store: BaseStore,
+    *,
+    source: MatrixSource,
+    obs: pd.DataFrame,
+    var: pd.DataFrame,
+    counts: str,
+    elements: dict[str, Any] | None,
+    block_rows: int,
+    obsp: str,
+    threads: int | None,
+    commit_retries: int,
+    bar: Any,
+) -> Manifest:
+    """Append ``adata``'s cells (the counts of ``source``) to the dataset at ``store``; see ``write_deltacells``.
+
+    Raises
+    ------
+    ValueError
+        For genes, obs columns or elements that differ from the dataset's (naming the differences).
+    CommitConflictError
+        If other writers committed first every time.
+    """
+    dataset = open_dataset(store)
+    stored = _stored_gene_names(dataset)
+    columns = gene_columns(stored, pd.Index(var.index.astype(str)))
+    extras_writer = None
+    if elements is not None:
+        from deltacells.io._extras_parts import part_writer
+
+        extras_writer = part_writer(dataset.manifest, counts, elements, n_cells=source.n_rows, obsp=obsp)
+    elif _extras_entry(dataset.manifest) is not None:
+        msg = (
+            f"{store.url} stores the AnnData's other elements beside the tiles; an append with extras=False would "
+            "leave them short of the new cells: append with extras=True"
+        )
+        raise InvalidValueError(msg)
+
+    def blocks() -> Iterator[Any]:
+        bar.reset(total=source.n_rows)
+        yield from source.blocks(block_rows)
+
+    request = AppendRequest(
+        n_cells=source.n_rows,
+        blocks=blocks,
+        columns=columns,
+        obs=obs if dataset.manifest.has_obs else None,
+        extras=extras_writer,
+    )
+    return append_cells(store, request, threads=threads, commit_retries=commit_retries, progress=bar.update)
+
+
+def gene_columns(stored: pd.Index, given: pd.Index) -> np.ndarray:
+    """``columns[j]``: the dataset's column of the new cells' gene ``j``, matched by name.
+
+    Raises
+    ------
+    InvalidValueError
+        If the two gene sets differ (listing the differences) or a name is not unique.
+    """
+    if not given.is_unique or not stored.is_unique:
+        which = "the new cells'" if not given.is_unique else "the dataset's"
+        dup = given if not given.is_unique else stored
+        msg = (
+            f"{which} gene names are not unique (e.g. {dup[dup.duplicated()].unique()[:3].tolist()}); genes are "
+            "matched by name in an append, which needs unique names"
+        )
+        raise InvalidValueError(msg)
+    columns = stored.get_indexer(given)
+    if len(given) != len(stored) or (columns < 0).any():
+        missing = stored.difference(given)
+        extra = given.difference(stored)
+        msg = (
+            f"the new cells' genes differ from the dataset's: {len(missing)} of the dataset's are missing "
+            f"(e.g. {missing[:5].tolist()}), {len(extra)} are not in the dataset (e.g. {extra[:5].tolist()}); "
+            "an append needs the same genes, in any order (subset or reindex the AnnData first, e.g. "
+            "adata[:, genes] or anndata.concat(..., join='outer'))"
+        )
+        raise InvalidValueError(msg)
+    return columns.astype(np.int32)
+
+
+def _stored_gene_names(dataset: Any) -> pd.Index:
+    from deltacells.io._frames import read_gene_keys
+
+    names = read_gene_keys(dataset, None)
+    assert names is not None
+    return names
+
+
+def _extras_entry(manifest: Manifest) -> Any:
+    from deltacells.format import extras_of
+    from deltacells.format._problems import first_problem_raises
+
+    return first_problem_raises(extras_of(manifest.metadata), "")

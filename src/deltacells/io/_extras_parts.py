@@ -1,0 +1,145 @@
+"""The per-cell elements beside the tiles across appends: each append's part written, and the parts read as one.
+
+An append (DECISIONS.md 17) writes the new cells' obsm and obsp elements into a group of their own,
+``anndata.zarr/parts/<version>`` (``deltacells.format._extras``), so that no object of the dataset's existing
+elements is rewritten and an append costs what its own cells do. Reading puts the parts together: obsm's rows
+one after the other (dask's concatenation when an element is read lazily), obsp's graphs block-diagonally
+(no edge between cells of different appends: the caller asked for that with ``obsp="block_diagonal"``).
+The other elements (uns, varm, varp, ...) are the dataset's; the layers, raw and an X beside the tiles are
+per-cell too, and an append refuses a dataset that holds them (see :func:`part_writer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from deltacells.errors import InvalidValueError
+from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of
+from deltacells.format._problems import first_problem_raises
+
+if TYPE_CHECKING:
+    from deltacells.storage import BaseStore
+
+__all__ = ["OBSP_CHOICES", "combine_parts", "part_writer"]
+
+#: What an append does with obsp (per-cell graphs): refuse them, or grow them block-diagonally.
+OBSP_CHOICES = ("refuse", "block_diagonal")
+
+#: Elements with a row per cell that an append cannot grow (they would need the genes' order of the append).
+_NOT_GROWN = ("X", "raw", "layers")
+
+
+def part_writer(
+    manifest: Manifest, counts: str, elements: dict[str, Any], *, n_cells: int, obsp: str
+) -> Callable[[BaseStore, Manifest, int], tuple[dict[str, Any], list[str]]] | None:
+    """The ``extras`` step of an append: check the new cells' elements against the dataset's, then write them.
+
+    Returns ``None`` when the dataset stores no other elements and the new cells have no per-cell ones.
+
+    Raises
+    ------
+    InvalidValueError
+        If the per-cell elements differ from the dataset's (listing the differences), if the counts are not
+        where they were, if the dataset holds per-cell elements an append cannot grow (layers, raw, an X
+        beside the tiles), or if there are graphs (obsp) and ``obsp`` is not ``"block_diagonal"``.
+    """
+    if obsp not in OBSP_CHOICES:
+        msg = f"obsp must be one of {OBSP_CHOICES}, got {obsp!r}"
+        raise InvalidValueError(msg)
+    base = first_problem_raises(extras_of(manifest.metadata), "")
+    given = sorted(path for path in elements if path.partition("/")[0] in PER_CELL)
+    if base is None:
+        if given:
+            msg = (
+                f"the dataset stores no other elements of the AnnData, but the new cells have {given}: append "
+                "with extras=False (they are not stored), or rewrite the dataset with them"
+            )
+            raise InvalidValueError(msg)
+        return None
+    _check_growable(base, counts)
+    stored = sorted(base.per_cell)
+    if stored != given:
+        missing = [p for p in stored if p not in given]
+        extra = [p for p in given if p not in stored]
+        msg = (
+            f"the new cells' per-cell elements differ from the dataset's: missing {missing}, not in the dataset "
+            f"{extra}; an append grows the dataset's obsm and obsp, so the new cells need the same keys"
+        )
+        raise InvalidValueError(msg)
+    if any(path.startswith("obsp/") for path in stored) and obsp != "block_diagonal":
+        msg = (
+            f"the dataset stores per-cell graphs ({[p for p in stored if p.startswith('obsp/')]}), which an append "
+            "cannot join to the new cells' without recomputing them; pass obsp='block_diagonal' to add the new "
+            "cells' graphs as blocks of their own (no edge between old and new cells), or recompute the graphs "
+            "on the whole dataset and rewrite it"
+        )
+        raise InvalidValueError(msg)
+    for path in given:
+        rows = _rows(elements[path])
+        if rows is not None and rows != n_cells:
+            msg = f"adata.{path} has {rows} rows for {n_cells} cells"
+            raise InvalidValueError(msg)
+    if not given:
+        return None
+    new_elements = {path: elements[path] for path in given}
+
+    def write(target: BaseStore, base_manifest: Manifest, version: int) -> tuple[dict[str, Any], list[str]]:
+        from deltacells.io._extras import write_extras
+
+        current = first_problem_raises(extras_of(base_manifest.metadata), "")
+        assert current is not None
+        group = f"parts/{version:06d}"
+        path = f"{EXTRAS_NAME}/{group}"
+        write_extras(target, counts, new_elements, group_path=path)
+        grown = dataclasses.replace(current, parts=(*current.parts, (group, n_cells)))
+        metadata = dict(base_manifest.metadata)
+        metadata["deltacells"] = {**metadata.get("deltacells", {}), "anndata": grown.to_dict()}
+        return metadata, [path]
+
+    return write
+
+
+def _check_growable(base: Extras, counts: str) -> None:
+    if counts != base.counts:
+        msg = (
+            f"the dataset's counts came from adata.{base.counts.replace('/', '.')}, the new cells' from "
+            f"adata.{counts.replace('/', '.')}: append with the same layer= / raw= as the dataset was written with"
+        )
+        raise InvalidValueError(msg)
+    blocked = [path for path in base.elements if path.partition("/")[0] in _NOT_GROWN]
+    if blocked:
+        msg = (
+            f"the dataset stores {blocked} beside the tiles, which have a row per cell and which an append does "
+            "not grow yet; rewrite the dataset (anndata.concat of it and the new cells, then write_deltacells) "
+            "or write it with extras=False to append"
+        )
+        raise InvalidValueError(msg)
+
+
+def _rows(value: Any) -> int | None:
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def combine_parts(path: str, values: list[Any]) -> Any:
+    """One element from the values of its parts, in order: rows stacked (obsm), blocks on the diagonal (obsp)."""
+    if len(values) == 1:
+        return values[0]
+    import numpy as np
+    import pandas as pd
+    from scipy import sparse
+
+    if path.startswith("obsp/"):
+        blocks = [v.compute() if hasattr(v, "compute") else v for v in values]
+        return sparse.block_diag([sparse.csr_matrix(b) for b in blocks], format="csr")
+    if any(hasattr(v, "dask") for v in values):
+        import dask.array as da
+
+        return da.concatenate([v if hasattr(v, "dask") else da.from_array(v) for v in values], axis=0)
+    if isinstance(values[0], pd.DataFrame):
+        return pd.concat(values, axis=0)
+    if sparse.issparse(values[0]):
+        return sparse.vstack(values, format=values[0].format)
+    return np.concatenate([np.asarray(v) for v in values], axis=0)
