@@ -19,8 +19,8 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.dataset import open_dataset
 from deltacells.dataset import _append as append_module
+from deltacells.dataset import open_dataset
 from deltacells.errors import FormatError, InvalidValueError
 from deltacells.format import APPEND_PREFIX, MANIFEST_NAME
 

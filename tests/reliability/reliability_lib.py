@@ -103,12 +103,15 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
         With that object's temporary file complete, just before it is renamed into place.
     ``after_remove``
         After ``FsspecStore.delete`` removed the ``nth`` entry matching (replacing a dataset being overwritten).
+    ``before_replace`` / ``after_replace``
+        Before / after ``FsspecStore.replace`` moved the ``nth`` object matching (an append rolling forward).
 
-    Names are matched relative to the dataset, also when an overwrite writes them under a staging prefix.
+    Names are matched relative to the dataset, also when an overwrite or an append writes them under a staging
+    prefix.
     """
     import builtins
 
-    from deltacells.format import STAGING_PREFIX
+    from deltacells.format import APPEND_PREFIX, STAGING_PREFIX
     from deltacells.storage import FsspecStore
     from deltacells.storage import _fsspec as storage
 
@@ -118,7 +121,7 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
     lock = threading.Lock()
     seen = {"count": 0}
 
-    staged = re.compile(re.escape(STAGING_PREFIX) + r"[0-9a-f]+/")
+    staged = re.compile(f"({re.escape(STAGING_PREFIX)}|{re.escape(APPEND_PREFIX)})" + r"[0-9a-f]+/")
 
     def hit(name: str) -> bool:
         if not match.fullmatch(staged.sub("", name, count=1)):
@@ -178,6 +181,18 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
         storage.open = opener  # FsspecStore.write's open() and os.replace(), in this child only
         storage.os = _OsProxy(replace)
         FsspecStore.write = write
+    elif hook in ("before_replace", "after_replace"):
+        real_move = FsspecStore.replace
+
+        def move(self: Any, src: str, dst: str) -> None:
+            now = hit(dst)
+            if now and hook == "before_replace":
+                die()
+            real_move(self, src, dst)
+            if now:
+                die()
+
+        FsspecStore.replace = move
     elif hook == "after_remove":
 
         def remove(self: Any, name: str) -> None:
@@ -212,6 +227,18 @@ def convert_and_maybe_die(
     arm_kill_switch(plan)
     started.set()
     deltacells.write_deltacells(adata, out, progress=False, overwrite=True, **options)
+    finished.set()
+
+
+def append_and_maybe_die(source: str, out: str, plan: dict[str, Any], started: Any, finished: Any) -> None:
+    """Child: append the pickled AnnData ``source`` to the dataset ``out``, dying as ``plan`` says."""
+    import deltacells
+
+    with open(source, "rb") as f:
+        adata = pickle.load(f)
+    arm_kill_switch(plan)
+    started.set()
+    deltacells.write_deltacells(adata, out, progress=False, append=True)
     finished.set()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,7 @@ class S3Server(ServerLifecycle):
         werkzeug_logger = logging.getLogger("werkzeug")
         if werkzeug_logger.level == logging.NOTSET:
             werkzeug_logger.setLevel(logging.WARNING)
+        _atomic_conditional_puts()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
@@ -154,3 +156,30 @@ class S3Server(ServerLifecycle):
             "secret": SECRET_KEY,
             "client_kwargs": {"endpoint_url": endpoint_url or self.endpoint_url, "region_name": REGION},
         }
+
+
+_CONDITIONAL_PUTS = threading.Lock()
+
+
+def _atomic_conditional_puts() -> None:
+    """Make moto's conditional PUTs (``If-Match`` / ``If-None-Match``) atomic, as S3's are.
+
+    moto compares the ETag and stores the object in two steps, and its server answers requests on threads: two
+    conditional PUTs of one key could both pass the comparison. S3 guarantees that only one succeeds (the other
+    gets 412, or 409 while the first is in flight); the tests of concurrent appenders rely on that guarantee, so
+    the test server provides it by serialising conditional PUTs.
+    """
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    if getattr(original, "serialised", False):
+        return
+
+    def put_object(self: S3Response) -> Any:
+        if self.headers.get("If-Match") or self.headers.get("If-None-Match"):
+            with _CONDITIONAL_PUTS:
+                return original(self)
+        return original(self)
+
+    put_object.serialised = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]

@@ -73,6 +73,42 @@ def _moved_in(path: str, out: Path) -> str:
     return path
 
 
+def test_an_append_is_flushed_before_its_commit_and_its_moves_before_the_finished_manifest(
+    tmp_path: Path, flushed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltacells.storage import FsspecStore
+
+    out = tmp_path / "out.deltacells"
+    deltacells.write_deltacells(synthetic_counts(100, 40, seed=1), out, progress=False, tile_size=32)
+    events: list[tuple[str, str]] = []
+    real_write = FsspecStore.write
+
+    def write(self: FsspecStore, path: str, data: bytes) -> None:
+        real_write(self, path, data)
+        if path == "manifest.json":
+            events.append(("manifest", ""))
+
+    monkeypatch.setattr(FsspecStore, "write", write)
+    flushed.clear()
+    new = synthetic_counts(80, 40, seed=2)
+    new.obs_names = [f"new{i}" for i in range(80)]
+    real_fsync = durable.fsync_path
+    monkeypatch.setattr(durable, "fsync_path", lambda path: (events.append(("fsync", path)), real_fsync(path)))
+    deltacells.write_deltacells(new, out, append=True, progress=False)
+
+    commit, finished = [i for i, (kind, _) in enumerate(events) if kind == "manifest"]
+    before_commit = {path for kind, path in events[:commit] if kind == "fsync"}
+    staged_files = {path for path in before_commit if "/.deltacells-append-" in path}
+    assert any(path.endswith("tile_000004.dct") for path in staged_files)  # the completed last tile
+    assert any(path.endswith("obs_0000.parquet") for path in staged_files)
+    between = {path for kind, path in events[commit:finished] if kind == "fsync"}
+    assert os.path.abspath(out / "manifest.json") in between  # the commit, flushed
+    assert {os.path.abspath(out / "tiles"), os.path.abspath(out / "obs"), os.path.abspath(out)} <= between
+    after = {path for kind, path in events[finished:] if kind == "fsync"}
+    assert os.path.abspath(out / "manifest.json") in after
+    assert deltacells.read_deltacells(out).n_obs == 180
+
+
 def test_object_stores_flush_nothing(s3_bucket, flushed) -> None:
     url = f"{s3_bucket.url}/durable"
     deltacells.write_deltacells(

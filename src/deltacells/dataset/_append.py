@@ -27,7 +27,7 @@ from deltacells.dataset._commit import (
     with_commit,
     writer_lock,
 )
-from deltacells.errors import CommitConflictError, InvalidValueError
+from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
 from deltacells.format import APPEND_PREFIX, MANIFEST_NAME, Commit, Manifest, tile_path
 from deltacells.storage import BaseStore, PrefixStore
 from deltacells.tiles import TileWriter
@@ -145,7 +145,13 @@ def _append_once(
     target = PrefixStore(store, staging)
     new_commit = Commit(version=commit.version + 1, id=uuid.uuid4().hex, staging=staging)
     try:
-        manifest, objects = _stage(store, target, base, request, new_commit.version, threads, progress)
+        try:
+            manifest, objects = _stage(store, target, base, request, new_commit.version, threads, progress)
+        except FormatError as exc:  # the last tile or shard read changed under us: another writer committed
+            if store.read_versioned(MANIFEST_NAME)[1] == version:
+                raise
+            msg = f"{store.url}: another writer committed first (while this append read {exc})"
+            raise CommitConflictError(msg) from exc
         pending = with_commit(manifest, replace(new_commit, objects=tuple(objects)))
         target.sync()
         text = pending.to_json().encode()

@@ -247,8 +247,9 @@ class PendingCommitStore(BaseStore):
         return (staged is not None and self.store.exists(staged)) or self.store.exists(path)
 
     def list(self, prefix: str = "") -> list[str]:
-        """The entries under ``prefix`` in place."""
-        return self.store.list(prefix)
+        """The entries under ``prefix``, in place or staged."""
+        staged = f"{self.staging}/{prefix}".rstrip("/")
+        return sorted(set(self.store.list(prefix)) | set(self.store.list(staged)))
 
     def write(self, path: str, data: bytes) -> None:
         """Write ``path`` in place."""

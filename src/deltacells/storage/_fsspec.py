@@ -438,6 +438,7 @@ class FsspecStore(BaseStore):
         bucket, key, _ = self.fs.split_path(self._full(path))
 
         async def get() -> tuple[bytes, str]:
+            await self.fs.set_session()
             s3 = await self.fs.get_s3(bucket)
             response = await s3.get_object(Bucket=bucket, Key=key)
             async with response["Body"] as body:
@@ -470,6 +471,7 @@ class FsspecStore(BaseStore):
         async def put() -> str:
             from botocore.exceptions import ClientError
 
+            await self.fs.set_session()
             s3 = await self.fs.get_s3(bucket)
             try:
                 response = await s3.put_object(Bucket=bucket, Key=key, Body=data, **condition)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deltacells.format import MANIFEST_NAME
 from deltacells.storage import open_store
@@ -13,6 +13,10 @@ from deltacells.validate._manifest import check_manifest
 from deltacells.validate._obs import check_obs
 from deltacells.validate._report import Collector, ValidationReport
 from deltacells.validate._tiles import check_tiles
+
+if TYPE_CHECKING:
+    from deltacells.format import ManifestFields
+    from deltacells.storage import BaseStore
 
 
 def validate_dataset(
@@ -66,6 +70,7 @@ def validate_dataset(
         fields = None
     if fields is not None:
         report.n_tiles, report.n_shards = fields.n_tiles, fields.n_shards
+        store = _pending_commit_read_through(store, fields, found)
         check_files(store, fields, found)
         n_threads = default_threads() if threads is None else max(1, int(threads))
         check_tiles(store, fields, found, report, threads=n_threads, progress=progress)
@@ -73,3 +78,15 @@ def validate_dataset(
         check_extras(store, fields, found)
     report.problems = found.problems
     return report
+
+
+def _pending_commit_read_through(store: BaseStore, fields: ManifestFields, found: Collector) -> BaseStore:
+    """The store to check: for a pending commit (an append killed while moving its objects), reading through it."""
+    from deltacells.dataset._commit import PendingCommitStore
+    from deltacells.format import collect, commit_of
+
+    commit = collect(commit_of(fields.metadata or {}), found)
+    if commit is None or not commit.pending:
+        return store
+    assert commit.staging is not None
+    return PendingCommitStore(store, commit.staging, commit.objects)

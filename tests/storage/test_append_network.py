@@ -1,0 +1,124 @@
+"""Appends on S3 (moto's server) and concurrent appenders, on a local disk and on S3 (DECISIONS.md 17).
+
+On S3 the commit is a conditional PUT of ``manifest.json`` (``If-Match`` the ETag read): the loser of a race
+gets :class:`~deltacells.errors.CommitConflictError` and starts again (``commit_retries``) or gives up. On a
+local disk a lock file serialises the appenders. Either way, the final dataset holds exactly the cells of the
+appends that reported success, each batch whole and in one piece.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any
+
+import anndata as ad
+import numpy as np
+import pytest
+from tests.servers import S3Bucket
+from tests.servers.appenders import append_batch, batch
+
+import deltacells
+from deltacells.dataset import _append as append_module
+from deltacells.errors import CommitConflictError
+from deltacells.storage import FsspecStore
+
+BASE = 20  # cells written before the appenders start
+PER_WRITER = 45  # cells each appender adds (not a multiple of the tile size: every append completes a tile)
+TILE = 16
+
+
+def test_write_if_on_s3(s3_bucket: S3Bucket) -> None:
+    store = FsspecStore(f"{s3_bucket.url}/x", s3_bucket.storage_options)
+    first = store.write_if("m.json", b"1", version=None)
+    with pytest.raises(CommitConflictError, match="another writer committed first"):
+        store.write_if("m.json", b"2", version=None)  # If-None-Match: * on an existing object
+    data, version = store.read_versioned("m.json")
+    assert (data, version) == (b"1", first)
+    second = store.write_if("m.json", b"2", version=version)
+    with pytest.raises(CommitConflictError):
+        store.write_if("m.json", b"3", version=version)  # If-Match a stale ETag
+    assert store.read_versioned("m.json") == (b"2", second)
+
+
+def test_append_on_s3(s3_bucket: S3Bucket) -> None:
+    url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
+    parts = [batch(0, BASE), batch(1000, PER_WRITER), batch(2001, 7)]
+    deltacells.write_deltacells(parts[0], url, tile_size=TILE, progress=False, storage_options=options)
+    for part in parts[1:]:
+        deltacells.write_deltacells(part, url, append=True, progress=False, storage_options=options)
+    _assert_holds(url, options, [0, 1000, 2001], [BASE, PER_WRITER, 7])
+    assert not [e for e in FsspecStore(url, options).list() if e.startswith(".deltacells")]
+
+
+def test_the_loser_of_a_commit_race_retries_or_gives_up(s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
+    deltacells.write_deltacells(batch(0, BASE), url, tile_size=TILE, progress=False, storage_options=options)
+    stage = append_module._stage
+    rivals = iter([batch(500, 10), batch(700, 10)])
+
+    def stage_while_another_commits(*args: Any, **kwargs: Any) -> Any:
+        staged = stage(*args, **kwargs)
+        rival = next(rivals, None)  # another writer commits between our read of the manifest and our commit
+        if rival is not None:
+            with monkeypatch.context() as inner:
+                inner.setattr(append_module, "_stage", stage)
+                deltacells.write_deltacells(rival, url, append=True, progress=False, storage_options=options)
+        return staged
+
+    monkeypatch.setattr(append_module, "_stage", stage_while_another_commits)
+    with pytest.raises(CommitConflictError, match="another writer committed first, 1 time"):
+        deltacells.write_deltacells(
+            batch(900, 10), url, append=True, progress=False, storage_options=options, commit_retries=0
+        )
+    _assert_holds(url, options, [0, 500], [BASE, 10])  # the rival's cells, none of the loser's
+    deltacells.write_deltacells(batch(901, 10), url, append=True, progress=False, storage_options=options)
+    _assert_holds(url, options, [0, 500, 700, 901], [BASE, 10, 10, 10])  # lost once, then committed
+
+
+@pytest.mark.parametrize("writers", [2, 4])
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_concurrent_appenders(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, writers: int
+) -> None:
+    if where == "s3":
+        bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+        url, options = f"{bucket.url}/ds", bucket.storage_options
+    else:
+        url, options = str(tmp_path / "ds"), None
+    deltacells.write_deltacells(batch(0, BASE), url, tile_size=TILE, progress=False, storage_options=options)
+    starts = [1000 * (i + 1) + i % 2 for i in range(writers)]
+    root = str(Path(__file__).resolve().parents[2])  # the children import tests.servers.appenders
+    monkeypatch.syspath_prepend(root)  # spawned children start with the parent's sys.path
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 4.0  # after every child has imported deltacells: the appends overlap
+    processes = []
+    for start in starts:
+        result = str(tmp_path / f"result-{start}")
+        process = context.Process(target=append_batch, args=(url, options, start, PER_WRITER, start_at, result))
+        process.start()
+        processes.append(process)
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    outcomes = {start: (tmp_path / f"result-{start}").read_text() for start in starts}
+    succeeded = [start for start in starts if outcomes[start] == "ok"]
+    assert succeeded, outcomes
+    assert all(o == "ok" or o.startswith("CommitConflictError") for o in outcomes.values()), outcomes
+    _assert_holds(url, options, [0, *succeeded], [BASE] + [PER_WRITER] * len(succeeded), any_order=True)
+
+
+def _assert_holds(
+    url: str, options: dict[str, Any] | None, starts: list[int], sizes: list[int], *, any_order: bool = False
+) -> None:
+    """The dataset holds exactly these batches, each whole and contiguous (in this order unless ``any_order``)."""
+    got = deltacells.read_deltacells(url, storage_options=options).to_memory()
+    names = list(got.obs_names)
+    order = sorted(zip(starts, sizes, strict=True), key=lambda b: names.index(f"cell{b[0]}")) if any_order else None
+    pairs = order if order is not None else list(zip(starts, sizes, strict=True))
+    expected = ad.concat([batch(start, n)[:, got.var_names] for start, n in pairs])
+    assert names == list(expected.obs_names)
+    np.testing.assert_array_equal(got.X.toarray(), expected.X.toarray())
+    np.testing.assert_array_equal(got.obs["value"].to_numpy(), expected.obs["value"].to_numpy())
+    assert got.obs["writer"].astype(str).tolist() == expected.obs["writer"].astype(str).tolist()
