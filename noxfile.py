@@ -110,6 +110,7 @@ def bench(session: nox.Session) -> None:
         "bench_extras",
         "bench_collection",
         "bench_collection_open",
+        "bench_append",
         "bench_dask",
     ):
         session.run("python", f"benchmarks/{script}.py", *quick)

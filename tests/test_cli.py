@@ -183,6 +183,23 @@ def test_convert_h5ad_backed(h5ad, source, tmp_path):
     assert m.has_gene_order
 
 
+def test_convert_append(source, tmp_path):
+    first, second = source[:300].copy(), source[300:].copy()
+    first.write_h5ad(tmp_path / "first.h5ad")
+    second[:, ::-1].copy().write_h5ad(tmp_path / "second.h5ad")  # genes in another order: matched by name
+    out = tmp_path / "out.deltacells"
+    assert run("convert", "-q", tmp_path / "first.h5ad", out).exit_code == 0
+    result = run("convert", "-q", "--append", tmp_path / "second.h5ad", out)
+    assert result.exit_code == 0, result.output
+    back = read_back(out, tmp_path / "cache")
+    assert same_X(back.X, source.X)
+    assert list(back.obs_names) == list(source.obs_names)
+    again = run("convert", "-q", "--append", tmp_path / "second.h5ad", out)
+    assert again.exit_code == 1 and "not unique in the grown dataset" in again.stderr
+    both = run("convert", "-q", "--append", "--overwrite", tmp_path / "second.h5ad", out)
+    assert both.exit_code == 1 and "--append adds cells and --overwrite replaces the dataset" in both.stderr
+
+
 def test_convert_keeps_everything_else_unless_told(source, tmp_path):
     adata = source.copy()
     adata.obsm["X_pca"] = np.ones((adata.n_obs, 3), dtype=np.float32)

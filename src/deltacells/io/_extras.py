@@ -115,7 +115,7 @@ def read_extras(store: BaseStore, extras: Extras, *, in_memory_bytes: int | None
     limit = IN_MEMORY_BYTES if in_memory_bytes is None else in_memory_bytes
     elements = _read_group(store, open_extras(store, extras), extras.elements, limit)
     if extras.parts:  # an appended dataset: each append's per-cell elements, put together
-        from deltacells.io._extras_parts import combine_parts
+        from deltacells.io._combine_parts import combine_parts
 
         per_cell = extras.per_cell
         parts = [

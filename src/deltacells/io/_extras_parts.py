@@ -22,7 +22,7 @@ from deltacells.format._problems import first_problem_raises
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
 
-__all__ = ["OBSP_CHOICES", "combine_parts", "part_writer"]
+__all__ = ["OBSP_CHOICES", "part_writer"]
 
 #: What an append does with obsp (per-cell graphs): refuse them, or grow them block-diagonally.
 OBSP_CHOICES = ("refuse", "block_diagonal")
@@ -121,25 +121,3 @@ def _check_growable(base: Extras, counts: str) -> None:
 def _rows(value: Any) -> int | None:
     shape = getattr(value, "shape", None)
     return int(shape[0]) if shape else None
-
-
-def combine_parts(path: str, values: list[Any]) -> Any:
-    """One element from the values of its parts, in order: rows stacked (obsm), blocks on the diagonal (obsp)."""
-    if len(values) == 1:
-        return values[0]
-    import numpy as np
-    import pandas as pd
-    from scipy import sparse
-
-    if path.startswith("obsp/"):
-        blocks = [v.compute() if hasattr(v, "compute") else v for v in values]
-        return sparse.block_diag([sparse.csr_matrix(b) for b in blocks], format="csr")
-    if any(hasattr(v, "dask") for v in values):
-        import dask.array as da
-
-        return da.concatenate([v if hasattr(v, "dask") else da.from_array(v) for v in values], axis=0)
-    if isinstance(values[0], pd.DataFrame):
-        return pd.concat(values, axis=0)
-    if sparse.issparse(values[0]):
-        return sparse.vstack(values, format=values[0].format)
-    return np.concatenate([np.asarray(v) for v in values], axis=0)
