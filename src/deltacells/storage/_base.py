@@ -231,14 +231,14 @@ class BaseStore(abc.ABC):
 
     @property
     def atomic_conditional_writes(self) -> bool:
-        """Whether :meth:`write_if` compares and writes in one atomic step on the server (S3's conditional PUT).
+        """Whether ``write_if`` compares and writes in one atomic step on the server (S3's conditional PUT).
 
         Where it does not (a local disk, other filesystems), writers that may race take a lock around it.
         """
         return False
 
     def read_versioned(self, path: str) -> tuple[bytes, str]:
-        """Object ``path`` and its version tag, for a later :meth:`write_if` (default: the SHA-256 of its bytes).
+        """Object ``path`` and its version tag, for a later ``write_if`` (default: the SHA-256 of its bytes).
 
         Raises
         ------
@@ -251,7 +251,7 @@ class BaseStore(abc.ABC):
         return data, hashlib.sha256(data).hexdigest()
 
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
-        """Write ``path`` only if it is still at ``version`` (from :meth:`read_versioned`; ``None``: only if absent).
+        """Write ``path`` only if it is still at ``version`` (from ``read_versioned``; ``None``: only if absent).
 
         Atomic where :attr:`atomic_conditional_writes` says so; otherwise a read, a comparison and a write,
         which callers serialise with a lock.

@@ -451,7 +451,7 @@ class FsspecStore(BaseStore):
         """Write ``path`` only if it is still at ``version`` (``None``: only if absent); atomic on S3.
 
         On S3 one PUT with ``If-Match: <ETag>`` (or ``If-None-Match: *``), which the server refuses (412, or
-        409 when two such writes race) if the object changed; elsewhere :meth:`BaseStore.write_if`.
+        409 when two such writes race) if the object changed; elsewhere ``BaseStore.write_if``.
 
         Returns
         -------

@@ -84,7 +84,7 @@ class PrefixStore(BaseStore):
         self.store.delete(self._inner(path))
 
     def replace(self, src: str, dst: str) -> None:
-        """Move object ``src`` to ``dst``, replacing it (the inner store's :meth:`~BaseStore.replace`)."""
+        """Move object ``src`` to ``dst``, replacing it (the inner store's ``BaseStore.replace``)."""
         self.store.replace(self._inner(src), self._inner(dst))
 
     @property
@@ -97,7 +97,7 @@ class PrefixStore(BaseStore):
         return self.store.read_versioned(self._inner(path))
 
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
-        """Write ``path`` only if it is still at ``version`` (the inner store's :meth:`~BaseStore.write_if`)."""
+        """Write ``path`` only if it is still at ``version`` (the inner store's ``BaseStore.write_if``)."""
         return self.store.write_if(self._inner(path), data, version=version)
 
     def move(self, src: str, dst: str) -> None:
