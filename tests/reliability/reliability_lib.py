@@ -131,17 +131,22 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
             return seen["count"] == nth
 
     real_write, real_remove = FsspecStore.write, FsspecStore.delete
-    if hook in ("before_write", "after_write"):
 
-        def write(self: Any, name: str, data: bytes) -> None:
-            now = hit(name)
-            if now and hook == "before_write":
+    def dying_around(real: Callable[..., None], name_of: Callable[..., str]) -> Callable[..., None]:
+        """``real`` that dies before (``before_*`` hooks) or after it handles the planned object."""
+
+        def call(self: Any, *args: Any) -> None:
+            now = hit(name_of(*args))
+            if now and hook.startswith("before"):
                 die()
-            real_write(self, name, data)
+            real(self, *args)
             if now:
                 die()
 
-        FsspecStore.write = write
+        return call
+
+    if hook in ("before_write", "after_write"):
+        FsspecStore.write = dying_around(real_write, lambda name, data: name)
     elif hook in ("partial_write", "before_rename"):
         armed = threading.local()
         real_open, real_replace = builtins.open, os.replace
@@ -182,17 +187,7 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
         storage.os = _OsProxy(replace)
         FsspecStore.write = write
     elif hook in ("before_replace", "after_replace"):
-        real_move = FsspecStore.replace
-
-        def move(self: Any, src: str, dst: str) -> None:
-            now = hit(dst)
-            if now and hook == "before_replace":
-                die()
-            real_move(self, src, dst)
-            if now:
-                die()
-
-        FsspecStore.replace = move
+        FsspecStore.replace = dying_around(FsspecStore.replace, lambda src, dst: dst)
     elif hook == "after_remove":
 
         def remove(self: Any, name: str) -> None:
@@ -228,6 +223,32 @@ def convert_and_maybe_die(
     started.set()
     deltacells.write_deltacells(adata, out, progress=False, overwrite=True, **options)
     finished.set()
+
+
+def run_killable(
+    ctx: Any, target: Callable[..., None], args: tuple[Any, ...], plan: dict[str, Any], *, kill_after: float | None
+) -> tuple[int | None, bool, float]:
+    """Run ``target(*args, hooks, started, finished)`` in a child; SIGKILL it ``kill_after`` s after it started.
+
+    ``hooks`` are the plan's kill point (``hook``, ``match``, ``nth``), which the child arms itself. Without
+    them and without ``kill_after`` the run is uninterrupted and timed. Returns the exit code, whether the
+    child finished, and the seconds from its start.
+    """
+    started, finished = ctx.Event(), ctx.Event()
+    hooks = {k: v for k, v in plan.items() if k in ("hook", "match", "nth")}
+    child = ctx.Process(target=target, args=(*args, hooks, started, finished))
+    child.start()
+    assert started.wait(60), "the child did not start"
+    began = time.monotonic()
+    if kill_after is not None:
+        time.sleep(kill_after)
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+    elif not hooks:  # an uninterrupted run: time the write itself
+        assert finished.wait(60), "the child did not finish"
+    seconds = time.monotonic() - began
+    (code,) = join_all([child], 60)
+    return code, finished.is_set(), seconds
 
 
 def append_and_maybe_die(source: str, out: str, plan: dict[str, Any], started: Any, finished: Any) -> None:

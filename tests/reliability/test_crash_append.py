@@ -18,14 +18,13 @@ import os
 import pickle
 import random
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import anndata as ad
 import numpy as np
 import pytest
-from reliability_lib import append_and_maybe_die, join_all
+from reliability_lib import append_and_maybe_die, run_killable
 
 import deltacells
 from deltacells.datasets import synthetic_counts
@@ -81,21 +80,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, ctx: Any) -> dict[str, Any]:
 
 
 def run_child(ctx: Any, source: Path, out: Path, plan: dict[str, Any], *, kill_after: float | None = None) -> Any:
-    started, finished = ctx.Event(), ctx.Event()
-    hooks = {k: v for k, v in plan.items() if k in ("hook", "match", "nth")}
-    child = ctx.Process(target=append_and_maybe_die, args=(str(source), str(out), hooks, started, finished))
-    child.start()
-    assert started.wait(60), "the appender did not start"
-    began = time.monotonic()
-    if kill_after is not None:
-        time.sleep(kill_after)
-        if child.is_alive():
-            os.kill(child.pid, signal.SIGKILL)
-    elif not hooks:
-        assert finished.wait(60), "the appender did not finish"
-    seconds = time.monotonic() - began
-    (code,) = join_all([child], 60)
-    return code, finished.is_set(), seconds
+    """Fork an appender (see ``run_killable``)."""
+    return run_killable(ctx, append_and_maybe_die, (str(source), str(out)), plan, kill_after=kill_after)
 
 
 @pytest.mark.parametrize("name", list(PLANS))

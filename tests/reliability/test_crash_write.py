@@ -25,13 +25,12 @@ import pickle
 import random
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from reliability_lib import convert_and_maybe_die, join_all, snapshot
+from reliability_lib import convert_and_maybe_die, run_killable, snapshot
 
 import deltacells
 from deltacells.datasets import synthetic_counts
@@ -101,21 +100,7 @@ def without_staging(files: dict[str, str]) -> dict[str, str]:
 
 def run_child(ctx: Any, source: Path, out: Path, plan: dict[str, Any], *, kill_after: float | None = None) -> Any:
     """Fork a converter; SIGKILL it ``kill_after`` seconds after it started writing (or let its plan kill it)."""
-    started, finished = ctx.Event(), ctx.Event()
-    hooks = {k: v for k, v in plan.items() if k in ("hook", "match", "nth")}
-    child = ctx.Process(target=convert_and_maybe_die, args=(str(source), str(out), SLOW, hooks, started, finished))
-    child.start()
-    assert started.wait(60), "the converter did not start"
-    began = time.monotonic()
-    if kill_after is not None:
-        time.sleep(kill_after)
-        if child.is_alive():
-            os.kill(child.pid, signal.SIGKILL)
-    elif not hooks:  # an uninterrupted run: time the write itself
-        assert finished.wait(60), "the converter did not finish"
-    seconds = time.monotonic() - began
-    (code,) = join_all([child], 60)
-    return code, finished.is_set(), seconds
+    return run_killable(ctx, convert_and_maybe_die, (str(source), str(out), SLOW), plan, kill_after=kill_after)
 
 
 def state(root: Path) -> str:

@@ -22,11 +22,11 @@ import numpy as np
 from deltacells.dataset._commit import (
     read_for_commit,
     reading_store,
-    remove_stale_appends,
     roll_forward,
     with_commit,
     writer_lock,
 )
+from deltacells.dataset._output import remove_stale_staging
 from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
 from deltacells.format import APPEND_PREFIX, MANIFEST_NAME, Commit, Manifest, tile_path
 from deltacells.storage import BaseStore, PrefixStore
@@ -61,8 +61,6 @@ class AppendRequest:
         Called once per attempt with the staging store, the dataset's manifest and the new commit's version:
         writes the new cells' other elements and returns the manifest's new ``metadata`` and the paths written;
         ``None``: nothing to write.
-    max_categories
-        Passed to obs encoding.
     """
 
     n_cells: int
@@ -132,7 +130,7 @@ def _append_once(
         roll_forward(store, base, version, commit)
         base, version, commit = read_for_commit(store)
     if store.is_local:  # under the lock: every staging prefix there is a killed writer's
-        remove_stale_appends(store)
+        remove_stale_staging(store)
     columns = np.asarray(request.columns)
     if columns.shape != (base.n_genes,):
         msg = f"the new cells have {columns.shape[0]} genes; the dataset has {base.n_genes}"

@@ -33,20 +33,17 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 from deltacells.errors import CommitConflictError, MissingObjectError
-from deltacells.format import APPEND_PREFIX, EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, Commit, Manifest, commit_of
+from deltacells.format import EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, Commit, Manifest, commit_of
 from deltacells.format._problems import first_problem_raises
 from deltacells.storage import BaseStore
-from deltacells.storage._base import ByteRequest
 
 __all__ = [
     "PendingCommitStore",
     "commit_entry",
     "read_for_commit",
-    "remove_stale_appends",
     "reading_store",
     "roll_forward",
     "sync_entries",
@@ -156,14 +153,6 @@ def sync_entries(store: BaseStore, paths: Sequence[str]) -> None:
             fsync_path(directory)
 
 
-def remove_stale_appends(store: BaseStore, *, keep: str | None = None) -> None:
-    """Remove the staging prefixes that appends killed before their commit left (under the lock only)."""
-    for entry in store.list():
-        if entry.startswith(APPEND_PREFIX) and entry != keep:
-            with contextlib.suppress(OSError):
-                store.delete(entry)
-
-
 def reading_store(store: BaseStore, manifest: Manifest) -> BaseStore:
     """The store readers of ``manifest`` use: ``store`` itself, or a :class:`PendingCommitStore` if pending.
 
@@ -224,14 +213,6 @@ class PendingCommitStore(BaseStore):
             with contextlib.suppress(MissingObjectError):
                 return self.store.read(staged, start, end)
         return self.store.read(path, start, end)
-
-    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
-        """Many reads (see :meth:`read`), concurrently."""
-        return BaseStore.read_many(self, requests, max_workers=max_workers)
-
-    def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
-        """Start a read (see :meth:`read`) on the store's I/O threads."""
-        return self._io_pool().submit(self.read, path, start, end)
 
     def size(self, path: str) -> int:
         """Size in bytes of ``path`` (see :meth:`read`)."""

@@ -54,12 +54,12 @@ def append_anndata(
     dataset = open_dataset(store)
     stored = _stored_gene_names(dataset)
     columns = gene_columns(stored, pd.Index(var.index.astype(str)))
+    from deltacells.io._extras_parts import part_writer, stored_extras
+
     extras_writer = None
     if elements is not None:
-        from deltacells.io._extras_parts import part_writer
-
         extras_writer = part_writer(dataset.manifest, counts, elements, n_cells=source.n_rows, obsp=obsp)
-    elif _extras_entry(dataset.manifest) is not None:
+    elif stored_extras(dataset.manifest) is not None:
         msg = (
             f"{store.url} stores the AnnData's other elements beside the tiles; an append with extras=False would "
             "leave them short of the new cells: append with extras=True"
@@ -116,10 +116,3 @@ def _stored_gene_names(dataset: Any) -> pd.Index:
     names = read_gene_keys(dataset, None)
     assert names is not None
     return names
-
-
-def _extras_entry(manifest: Manifest) -> Any:
-    from deltacells.format import extras_of
-    from deltacells.format._problems import first_problem_raises
-
-    return first_problem_raises(extras_of(manifest.metadata), "")

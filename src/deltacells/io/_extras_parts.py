@@ -22,13 +22,24 @@ from deltacells.format._problems import first_problem_raises
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
 
-__all__ = ["OBSP_CHOICES", "part_writer"]
+__all__ = ["OBSP_CHOICES", "part_writer", "stored_extras"]
 
 #: What an append does with obsp (per-cell graphs): refuse them, or grow them block-diagonally.
 OBSP_CHOICES = ("refuse", "block_diagonal")
 
 #: Elements with a row per cell that an append cannot grow (they would need the genes' order of the append).
 _NOT_GROWN = ("X", "raw", "layers")
+
+
+def stored_extras(manifest: Manifest) -> Extras | None:
+    """What the manifest says ``anndata.zarr`` holds (``None``: nothing).
+
+    Raises
+    ------
+    FormatError
+        If the entry is malformed.
+    """
+    return first_problem_raises(extras_of(manifest.metadata), "")
 
 
 def part_writer(
@@ -48,7 +59,7 @@ def part_writer(
     if obsp not in OBSP_CHOICES:
         msg = f"obsp must be one of {OBSP_CHOICES}, got {obsp!r}"
         raise InvalidValueError(msg)
-    base = first_problem_raises(extras_of(manifest.metadata), "")
+    base = stored_extras(manifest)
     given = sorted(path for path in elements if path.partition("/")[0] in PER_CELL)
     if base is None:
         if given:
@@ -88,7 +99,7 @@ def part_writer(
     def write(target: BaseStore, base_manifest: Manifest, version: int) -> tuple[dict[str, Any], list[str]]:
         from deltacells.io._extras import write_extras
 
-        current = first_problem_raises(extras_of(base_manifest.metadata), "")
+        current = stored_extras(base_manifest)
         assert current is not None
         group = f"parts/{version:06d}"
         path = f"{EXTRAS_NAME}/{group}"

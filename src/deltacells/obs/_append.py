@@ -31,11 +31,25 @@ if TYPE_CHECKING:
 __all__ = ["append_obs", "stored_obs_names"]
 
 
-def stored_obs_names(store: BaseStore, manifest: Manifest) -> pd.Index:
+class _Shards:
+    """The dataset's shards, each read (and checked against the manifest) once however often it is asked for."""
+
+    def __init__(self, store: BaseStore, manifest: Manifest) -> None:
+        self.store, self.manifest = store, manifest
+        self._blobs: dict[int, bytes] = {}
+
+    def __call__(self, shard: int) -> bytes:
+        if shard not in self._blobs:
+            self._blobs[shard] = read_shard_bytes(self.store, self.manifest, shard)
+        return self._blobs[shard]
+
+
+def stored_obs_names(store: BaseStore, manifest: Manifest, *, shards: _Shards | None = None) -> pd.Index:
     """The dataset's obs names (its ``_index`` column, read from every shard, each checked against the manifest)."""
+    shards = shards or _Shards(store, manifest)
     names: list[pa.ChunkedArray] = []
     for shard in range(manifest.n_obs_shards):
-        blob = read_shard_bytes(store, manifest, shard)
+        blob = shards(shard)
         names.append(pq.read_table(pa.BufferReader(blob), columns=[INDEX_COLUMN]).column(0))
     if not names:
         return pd.Index([], dtype=object)
@@ -78,7 +92,8 @@ def append_obs(
     schema = ObsSchema.from_json(store.read(OBS_SCHEMA_NAME))
     stored_columns = [c for c in schema.columns if c.name != INDEX_COLUMN]
     _check_names(obs, [c.name for c in stored_columns])
-    _check_new_names(store, manifest, obs.index)
+    shards = _Shards(store, manifest)
+    _check_new_names(shards, obs.index)
     grown: list[ObsColumn] = []
     arrays: list[pa.Array] = []
     for column in schema.columns:
@@ -102,7 +117,7 @@ def append_obs(
     if not widened and n_old_tiles and n_old_tiles % per_file == 0 and manifest.tile_cells[-1] == manifest.tile_size:
         first_shard = n_old_tiles // per_file  # the last shard is full and its tiles too: nothing of it changes
     old = [
-        pq.read_table(pa.BufferReader(read_shard_bytes(store, manifest, shard))).cast(new_schema.arrow_schema())
+        pq.read_table(pa.BufferReader(shards(shard))).cast(new_schema.arrow_schema())
         for shard in range(first_shard, manifest.n_obs_shards)
     ]
     rows = pa.concat_tables([*old, new_rows])
@@ -145,12 +160,12 @@ def _check_names(obs: pd.DataFrame, stored: list[str]) -> None:
         raise InvalidValueError(msg)
 
 
-def _check_new_names(store: BaseStore, manifest: Manifest, names: pd.Index) -> None:
+def _check_new_names(shards: _Shards, names: pd.Index) -> None:
     """The new cells' names must be unique and not name a cell of the dataset already."""
     new = pd.Index([str(n) for n in names])
     duplicated = new[new.duplicated()].unique().tolist()
     if not duplicated:
-        present = stored_obs_names(store, manifest)
+        present = stored_obs_names(shards.store, shards.manifest, shards=shards)
         duplicated = new[new.isin(present)].unique().tolist()
     if duplicated:
         msg = (
