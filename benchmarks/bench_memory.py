@@ -74,8 +74,10 @@ def make_dataset(path: Path, *, cells: int, genes: int, density: float, tile_siz
 def probe(scenario: str, path: str, cache_bytes: int, threads: int, batch_rows: int = 1000) -> dict[str, Any]:
     """Run one access pattern over the whole dataset in this (fresh) process and measure its peak RSS."""
     import deltacells
+    from deltacells._kernel_loading import load_compiled_kernels
 
     ds = deltacells.open_dataset(path, tile_cache_bytes=cache_bytes, threads=threads)
+    load_compiled_kernels()  # small reads would not wait for them: loaded later, they would land above the baseline
     m = ds.manifest
     n = ds.n_cells
     # warm up: kernels loaded, thread pool started, first allocations made

@@ -729,11 +729,11 @@ def test_demo_in_a_temporary_directory():
 @pytest.mark.parametrize("cold", [True, False])
 def test_demo_says_it_compiles_before_it_starts(monkeypatch, cold):
     """On a machine where the kernels were never compiled, the wait is announced first (on stderr)."""
-    import deltacells._jit
+    import deltacells._kernel_loading
     import deltacells.demo
 
     events = []
-    monkeypatch.setattr(deltacells._jit, "kernels_to_compile", lambda: ["decode_chunk"] if cold else [])
+    monkeypatch.setattr(deltacells._kernel_loading, "kernels_to_compile", lambda: ["decode_chunk"] if cold else [])
 
     def run_demo(**options):
         events.append("demo started")

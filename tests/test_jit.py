@@ -1,4 +1,5 @@
-"""The kernels' on-disk cache: loads and saves under an inter-process lock, no code used for another signature.
+"""The kernels' on-disk cache: used under an inter-process lock held across each compilation, no code used for
+another signature.
 
 numba's own cache can pair one signature with another's machine code when processes compile at once (see
 ``deltacells._jit``). The end-to-end tests run a real kernel (``_copy``, compiled per output dtype) in
@@ -129,19 +130,42 @@ def compiled(*arg_types: types.Type) -> SimpleNamespace:
     return SimpleNamespace(signature=SimpleNamespace(args=arg_types))
 
 
-def test_loads_and_saves_hold_the_lock_and_the_rest_goes_through(tmp_path):
-    inner = RecordingCache(tmp_path, result=compiled(types.int32, types.float32))
+def compiling(guarded: GuardedCache, result: object = None):
+    """What numba's ``Dispatcher.compile`` does with the cache, run through the guard's lock: load, else save."""
+
+    def compile_signature(sig):
+        loaded = guarded.load_overload(sig, None)
+        if loaded is None:
+            guarded.save_overload(sig, object())
+        return loaded
+
+    return guarded.locking(compile_signature)
+
+
+def test_a_compilation_holds_the_lock_while_it_loads_and_saves(tmp_path):
+    inner = RecordingCache(tmp_path, result=None)
     guarded = GuardedCache(inner)
-    assert guarded.load_overload((types.int32, types.float32), None) is inner.result
-    guarded.save_overload((types.int32, types.float32), object())
-    assert inner.calls == [("load", True), ("save", True)]
+    assert compiling(guarded)((types.int32, types.float32)) is None
+    assert inner.calls == [("load", True), ("save", True)]  # one step under the lock: others wait, then load it
+    inner.result = compiled(types.int32, types.float32)
+    assert compiling(guarded)((types.int32, types.float32)) is inner.result
     guarded.flush()
     assert inner.flushed and guarded.cache_path == str(tmp_path)
 
 
+def test_the_lock_is_taken_again_by_a_kernel_compiled_within_another(tmp_path):
+    outer, inner = GuardedCache(RecordingCache(tmp_path)), GuardedCache(RecordingCache(tmp_path))
+    inside = compiling(inner)
+    began = time.monotonic()
+    compile_outer = outer.locking(lambda sig: inside(sig))  # same directory: the same process's lock, re-entered
+    compile_outer((types.int32,))
+    assert time.monotonic() - began < _jit.LOCK_TIMEOUT
+    assert inner._cache.calls == [("load", True), ("save", True)]
+
+
 def test_code_compiled_for_another_signature_is_not_handed_out(tmp_path):
     guarded = GuardedCache(RecordingCache(tmp_path, result=compiled(types.int32)))
-    assert guarded.load_overload((types.float32,), None) is None
+    assert compiling(guarded)((types.float32,)) is None
 
 
 def test_nothing_is_loaded_or_saved_without_the_lock(tmp_path, monkeypatch):
@@ -161,19 +185,42 @@ def test_nothing_is_loaded_or_saved_without_the_lock(tmp_path, monkeypatch):
     try:
         held.wait(10)
         began = time.monotonic()
-        assert guarded.load_overload((types.int32,), None) is None
-        guarded.save_overload((types.int32,), object())
-        assert time.monotonic() - began >= 0.4  # waited for the lock twice, then gave up
+        assert compiling(guarded)((types.int32,)) is None  # compiled in the process, as if nothing were cached
+        assert time.monotonic() - began >= 0.2  # waited for the lock, then gave up
     finally:
         release.set()
         holder.join()
     assert inner.calls == []
 
 
-def test_an_empty_cache_directory_is_not_created_by_a_load(tmp_path):
-    inner = RecordingCache(tmp_path / "not-yet")
-    assert GuardedCache(inner).load_overload((types.int32,), None) is None
-    assert not (tmp_path / "not-yet").exists() and inner.calls == []
+def test_nothing_is_loaded_outside_a_compilation(tmp_path):
+    inner = RecordingCache(tmp_path, result=compiled(types.int32))
+    guarded = GuardedCache(inner)
+    assert guarded.load_overload((types.int32,), None) is None
+    guarded.save_overload((types.int32,), object())
+    assert inner.calls == []
+
+
+@needs_jit
+def test_processes_starting_together_on_an_empty_cache_compile_a_signature_once(tmp_path):
+    """Three interpreters ask for the same kernel and signature at once: one compiles it, the others load it.
+
+    As a torch ``DataLoader``'s or a dask cluster's workers do on a fresh install: without the lock held across
+    the compilation, each would compile (and save) it.
+    """
+    with_cache = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", COPY_INTO, "float32"], env=with_cache, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    counts = []
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0
+        counts.append(tuple(map(int, out.split())))
+    assert sorted(counts) == [(0, 1), (1, 0), (1, 0)], counts  # (hits, misses) of each process
 
 
 @needs_jit
@@ -192,7 +239,7 @@ def test_every_kernel_is_guarded():
 
 
 def test_kernel_modules_lists_every_module_with_kernels():
-    from deltacells._jit import KERNEL_MODULES
+    from deltacells._kernel_loading import KERNEL_MODULES
 
     package = Path(deltacells.__file__).parent
     with_kernels = {
@@ -205,13 +252,12 @@ def test_kernel_modules_lists_every_module_with_kernels():
 
 @needs_jit
 def test_kernels_to_compile_on_a_fresh_cache(tmp_path):
-    """A fresh cache: every kernel is to compile; after a read, none of those the read used."""
+    """A fresh cache: every kernel is to compile; once the kernels are loaded, none of those reads use."""
     script = (
-        "import numpy as np, deltacells\n"
-        "from deltacells._jit import kernels_to_compile\n"
+        "from deltacells._kernel_loading import kernels_to_compile\n"
+        "from deltacells._kernel_loading import load_compiled_kernels\n"
         "before = kernels_to_compile()\n"
-        "deltacells.decode_tile(deltacells.encode_tile(np.array([0, 2]), np.array([0, 3], dtype=np.int32), "
-        "np.array([1, 5], dtype=np.int32), 4))\n"
+        "load_compiled_kernels()\n"
         "after = kernels_to_compile()\n"
         "print(len(before), 'decode_chunk' in before, 'decode_chunk' in after)\n"
     )

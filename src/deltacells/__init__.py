@@ -63,7 +63,19 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+#: The names whose first use means cells are about to be read: numba's kernels start loading in the background
+#: then, while their module (and anndata) is imported (see ``deltacells._kernel_loading``).
+_READING = frozenset({"CellLoader", "Dataset", "TiledCSRDataset", "decode_tile", "open_dataset", "read_deltacells"})
+
+
+def _before_import(name: str) -> None:
+    if name in _READING:
+        from deltacells._kernel_loading import prepare_kernels
+
+        prepare_kernels()
+
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), _before_import)
 
 
 _attach()

@@ -11,8 +11,11 @@ start together, and a fresh install compiles in each of them.
 
 :func:`kernel` keeps numba's cache and guards it, without touching its file format:
 
-- a function's cache entries are loaded and saved under an inter-process lock on its cache directory
-  (:mod:`filelock`), so that reading the index, choosing a data file and writing both is one step;
+- a kernel is compiled for a signature (loaded from the cache, or compiled and saved) under an inter-process
+  lock on its cache directory (:mod:`filelock`), so that reading the index, choosing a data file and writing
+  both is one step, and so that processes starting together on a cold cache compile each signature once:
+  the first compiles and saves it while the others wait, then load it (a torch ``DataLoader``'s or a dask
+  cluster's workers would otherwise each spend seconds compiling the same code);
 - an entry whose compiled signature is not the one asked for is not used: the kernel is compiled afresh and
   saved over it, which also repairs a cache damaged before this guard existed.
 
@@ -23,6 +26,7 @@ signature: the kernel is compiled in the process, never loaded or saved without 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -30,7 +34,7 @@ from typing import Any, TypeVar
 import numba
 from numba.core import sigutils
 
-__all__ = ["kernel", "kernels_to_compile"]
+__all__ = ["compiled_kernels_list", "kernel"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,36 +63,25 @@ def kernel(func: F) -> F:
     dispatcher = numba.njit(nogil=True, cache=True, boundscheck=False)(func)
     cache = getattr(dispatcher, "_cache", None)  # numba's per-function cache (absent with NUMBA_DISABLE_JIT)
     if cache is not None and getattr(cache, "cache_path", None):
-        dispatcher._cache = GuardedCache(cache)
+        guarded = GuardedCache(cache)
+        dispatcher._cache = guarded
+        dispatcher.compile = guarded.locking(dispatcher.compile)  # numba calls self.compile(sig) for each one
         _KERNELS.append(dispatcher)
     return dispatcher
 
 
-#: Every kernel made by :func:`kernel` so far (those of the modules imported).
+def compiled_kernels_list() -> list[Any]:
+    """Every kernel made by :func:`kernel` so far, numba's dispatchers (none with ``NUMBA_DISABLE_JIT``)."""
+    return list(_KERNELS)
+
+
+#: Every kernel made by :func:`kernel` so far (those of the modules imported; see
+#: ``deltacells._kernel_loading.kernels_to_compile``).
 _KERNELS: list[Any] = []
-
-#: The modules that define kernels (``tests/test_jit.py`` checks that none is missing). They are imported on
-#: the first decode, not by ``import deltacells``.
-KERNEL_MODULES = ("deltacells.codec._kernels", "deltacells.tiles._gather")
-
-
-def kernels_to_compile() -> list[str]:
-    """The kernels that no earlier process compiled into numba's cache on this machine (imports them).
-
-    A process that finds some spends seconds compiling them on its first reads (about 10 s for all of
-    deltacells' on 2 cores); later processes load them from the cache. ``deltacells demo`` says so first.
-    """
-    import importlib
-
-    for module in KERNEL_MODULES:
-        importlib.import_module(module)
-    return [
-        dispatcher.py_func.__qualname__ for dispatcher in _KERNELS if not os.path.exists(dispatcher._cache.index_path)
-    ]
 
 
 class GuardedCache:
-    """A numba function cache whose loads and saves hold a lock on its directory, checked on load.
+    """A numba function cache used only under a lock on its directory, and checked on load.
 
     Parameters
     ----------
@@ -100,6 +93,7 @@ class GuardedCache:
     def __init__(self, cache: Any) -> None:
         self._cache = cache
         self.lock_path = os.path.join(cache.cache_path, LOCK_NAME)
+        self._usable = False  # whether the compilation under way holds the lock (see locking)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cache, name)
@@ -109,38 +103,78 @@ class GuardedCache:
         """The file numba writes first when it saves this function's compilations (its index)."""
         return self._cache._cache_file._index_path
 
+    def locking(self, compile_signature: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``compile_signature`` (the dispatcher's ``compile``), run holding the lock on the cache's directory.
+
+        numba's ``compile(sig)`` loads ``sig`` from the cache or compiles and saves it; under the lock, another
+        process asking for the same signature meanwhile waits, then loads what this one saved. The lock is
+        re-entrant in the process (a kernel compiled while compiling its caller), and one thread of the process
+        compiles at a time (numba compiles one function at a time anyway). Without the lock (not taken in
+        :data:`LOCK_TIMEOUT`, or a directory that cannot be locked), nothing is loaded or saved.
+        """
+
+        def compile_locked(sig: Any) -> Any:
+            with _COMPILING, _directory_lock(self._cache.cache_path) as locked:
+                usable, self._usable = self._usable, locked
+                try:
+                    return compile_signature(sig)
+                finally:
+                    self._usable = usable
+
+        return compile_locked
+
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        """The cached compilation of ``sig``, or ``None``: not cached, not lockable, or for another signature."""
-        if not os.path.isdir(self._cache.cache_path):
+        """The cached compilation of ``sig``, or ``None``: not cached, not locked, or for another signature."""
+        if not self._usable or not os.path.isdir(self._cache.cache_path):
             return None  # nothing cached yet (the directory comes with the first save)
-        with self._locked() as locked:
-            result = self._cache.load_overload(sig, target_context) if locked else None
+        result = self._cache.load_overload(sig, target_context)
         if result is not None and tuple(result.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
             return None  # another signature's code under this one's entry: compiled again and saved over it
         return result
 
     def save_overload(self, sig: Any, data: Any) -> None:
-        """Save the compilation of ``sig`` (skipped if the lock cannot be taken)."""
-        try:
-            os.makedirs(self._cache.cache_path, exist_ok=True)
-        except OSError:
-            return
-        with self._locked() as locked:
-            if locked:
-                self._cache.save_overload(sig, data)
+        """Save the compilation of ``sig`` (skipped without the lock)."""
+        if self._usable:
+            self._cache.save_overload(sig, data)
 
-    @contextmanager
-    def _locked(self) -> Iterator[bool]:
-        """Hold the directory's lock; yields whether it was taken."""
-        from filelock import FileLock, Timeout
 
-        lock = FileLock(self.lock_path, timeout=LOCK_TIMEOUT)
-        try:
-            lock.acquire()
-        except (Timeout, OSError):
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            lock.release()
+#: One thread of the process compiles (or loads) a kernel at a time: taken before any directory's lock, so
+#: that two threads never take those in opposite orders.
+_COMPILING = threading.RLock()
+
+#: The lock of each cache directory, one object per directory (re-entrant: a kernel compiled while its caller
+#: is, from the same directory, takes it again).
+_DIRECTORY_LOCKS: dict[str, Any] = {}
+
+
+@contextmanager
+def _directory_lock(cache_path: str) -> Iterator[bool]:
+    """Hold the inter-process lock of a kernel cache directory (made if missing); yields whether it was taken."""
+    from filelock import FileLock, Timeout
+
+    try:
+        os.makedirs(cache_path, exist_ok=True)
+    except OSError:
+        yield False
+        return
+    lock = _DIRECTORY_LOCKS.get(cache_path)
+    if lock is None:
+        lock = _DIRECTORY_LOCKS[cache_path] = FileLock(os.path.join(cache_path, LOCK_NAME), thread_local=False)
+    try:
+        lock.acquire(timeout=LOCK_TIMEOUT)
+    except (Timeout, OSError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _COMPILING
+    _COMPILING = threading.RLock()  # a thread of the parent may have held it at the fork
+    _DIRECTORY_LOCKS.clear()  # the parent's open lock files are its own
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

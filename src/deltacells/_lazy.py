@@ -7,10 +7,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_names(package: str, where: Mapping[str, str], namespace: dict[str, Any]) -> tuple[Callable[..., Any], Any]:
+def lazy_names(
+    package: str,
+    where: Mapping[str, str],
+    namespace: dict[str, Any],
+    before_import: Callable[[str], None] | None = None,
+) -> tuple[Callable[..., Any], Any]:
     """``__getattr__`` and ``__dir__`` for ``package``, whose names ``where[name]`` lives in that module.
 
     A name, once loaded, is stored in the package's ``namespace`` so that later lookups skip ``__getattr__``.
+    ``before_import(name)``, if given, is called before a name's module is imported.
     """
 
     def __getattr__(name: str) -> Any:
@@ -18,6 +24,8 @@ def lazy_names(package: str, where: Mapping[str, str], namespace: dict[str, Any]
         if module is None:
             msg = f"module {package!r} has no attribute {name!r}"
             raise AttributeError(msg)
+        if before_import is not None:
+            before_import(name)
         value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value

@@ -1,54 +1,56 @@
-"""Output arrays in memory the kernel can back with huge pages: fewer page faults for large reads.
+"""Output arrays that are mapped fresh from the kernel, never through a huge-page compaction stall.
 
-A fresh array is mapped page by page as it is first written, and each 4 KiB page costs a fault (on the
-2-core virtual machine of the benchmarks, about 1.3 microseconds: a one-thread full read of the Visium
-matrix, 1.07M nonzeros, took 6.5 ms when its output arrays faulted 1,100 times, 5.1 ms when they came on
-huge pages). numpy asks for transparent huge pages on
-arrays of 4 MiB and more (``madvise(MADV_HUGEPAGE)``), but only the 2 MiB-aligned stretches of an array can be
-backed by them; :func:`empty` places large arrays on such a boundary, so that one fault maps 2 MiB.
+A read's output arrays (a full read of 100,000 cells: 300 MB) are new memory, mapped page by page as the
+decoding threads first write them. numpy advises transparent huge pages on every array of 4 MiB and more
+(``madvise(MADV_HUGEPAGE)``); where the kernel's THP ``defrag`` setting is ``madvise`` (a common default),
+a fault in such an array compacts memory synchronously to find a free 2 MiB page. Measured on the 2-core
+machine of the benchmarks (Linux 6.18, ``enabled=madvise``, ``defrag=madvise``; 300 MB touched once per
+page): 36 ms when huge pages were free, 350 to 790 ms when they had to be compacted (the first large read of
+a process, and one read in three after it), against 120 ms of 4 KiB faults spread over the decoding
+threads. A full read of that matrix in a fresh process took 0.39 to 0.53 s with huge pages and 0.22 s
+without, and repeated reads 0.19 to 0.27 s against 0.20 to 0.21 s. So :func:`empty` maps large arrays
+itself, anonymous and unadvised (the system's default for memory nobody advised: huge pages only where THP
+is ``always``), and they are unmapped when the last array viewing them is freed.
 """
 
 from __future__ import annotations
 
+import mmap
 import threading
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-__all__ = ["HUGE_PAGE", "MAX_SCRATCH_BYTES", "empty", "empty_pair", "scratch"]
+__all__ = ["MAPPED_MIN_BYTES", "MAX_SCRATCH_BYTES", "empty", "empty_pair", "scratch"]
 
-#: Size and alignment of a transparent huge page on x86-64 and most arm64 kernels.
-HUGE_PAGE = 2 * 2**20
-
-#: numpy advises huge pages from this size on (``numpy/_core/src/multiarray/alloc.c``).
-_NUMPY_HUGE_MIN = 4 * 2**20
+#: Arrays of this size and more are mapped by :func:`empty` (numpy advises huge pages from this size on,
+#: ``numpy/_core/src/multiarray/alloc.c``); smaller ones come from numpy's allocator.
+MAPPED_MIN_BYTES = 4 * 2**20
 
 
 def empty(n: int, dtype: DTypeLike) -> np.ndarray:
-    """``np.empty(n, dtype)``, starting on a huge-page boundary when it is large enough to be backed by them.
+    """``np.empty(n, dtype)``; at :data:`MAPPED_MIN_BYTES` and more, on memory of its own, not advised huge pages.
 
-    The array is a view of a buffer up to one huge page longer (its ``base``); the pages of that slack are
-    never written, so they are never mapped.
+    A large array's ``base`` is the anonymous :class:`mmap.mmap` holding it (zeroed by the kernel as its pages
+    are first written, released with the array).
     """
     dtype = np.dtype(dtype)
     nbytes = n * dtype.itemsize
-    if nbytes < _NUMPY_HUGE_MIN:
+    if nbytes < MAPPED_MIN_BYTES:
         return np.empty(n, dtype=dtype)
-    buffer = np.empty(n + HUGE_PAGE // dtype.itemsize, dtype=dtype)
-    gap = -buffer.ctypes.data % HUGE_PAGE
-    if gap % dtype.itemsize:  # numpy aligns data to 16 bytes: only an odd-sized dtype can land here
-        return np.empty(n, dtype=dtype)
-    start = gap // dtype.itemsize
-    return buffer[start : start + n]
+    return np.frombuffer(_mapping(nbytes), dtype=dtype, count=n)
+
+
+def _mapping(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of fresh anonymous memory (a function of its own, so that tests can count large allocations)."""
+    return mmap.mmap(-1, nbytes)
 
 
 def empty_pair(n: int, first: DTypeLike, second: DTypeLike) -> tuple[np.ndarray, np.ndarray]:
-    """Two arrays of ``n`` items (of dtypes ``first`` and ``second``) in one allocation, as :func:`empty` places it.
+    """Two arrays of ``n`` items (of dtypes ``first`` and ``second``) in one allocation from :func:`empty`.
 
-    A decoded tile's indices and counts, about 3 MB each for 2,048 cells of 368 nonzeros: apart, each is below
-    the size numpy advises huge pages for, and is mapped a 4 KiB page at a fault when the allocator hands out
-    fresh memory; together they are above it. (Whether the allocator hands out fresh memory or recycles what
-    the last tile freed depends on the process's history: where it recycles, both ways cost the same.)
+    A decoded tile's indices and counts, about 3 MB each for 2,048 cells of 368 nonzeros: one allocation for
+    both, so that one mapping holds them (and one release frees them).
 
     The arrays are views of one buffer (``base``): keep them for as long as each other, as a tile's arrays
     are. scipy copies an array that is a view of less than half its base, so they are not for a matrix that

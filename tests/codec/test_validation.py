@@ -644,9 +644,13 @@ def test_bad_crc_is_reported() -> None:
         deltacells.decode_tile(bytes(blob), name=NAME)
 
 
-def test_consistent_huge_claim_allocates_nothing() -> None:
+def test_consistent_huge_claim_allocates_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tile whose header, indptr and chunk table all agree on 2^27 nonzeros, with tiny frames claiming 2^28 bytes,
-    is refused before any output is allocated."""
+    is refused before any output is allocated (by numpy, which tracemalloc sees, or mapped, which it does not)."""
+    from deltacells import _memory
+
+    mapped: list[int] = []
+    monkeypatch.setattr(_memory, "_mapping", lambda nbytes: mapped.append(nbytes))
     n = 2**27
     blob = deltacells.encode_tile(np.array([0, 1]), np.array([0]), np.array([1]), 10, level=3, name=NAME)
     blob = patch_indptr(patch_header(blob, nnz=n), 1, n)
@@ -663,6 +667,7 @@ def test_consistent_huge_claim_allocates_nothing() -> None:
     assert "chunk 0 gaps stream" in str(info.value)
     assert f"claims {2 * n} bytes" in str(info.value)
     assert peak < 16 * 2**20, f"decoding a {len(blob)}-byte tile allocated {peak} bytes"
+    assert not mapped, f"decoding a {len(blob)}-byte tile mapped {mapped} bytes"
 
 
 # --------------------------------------------------------------------------------------------------------------------

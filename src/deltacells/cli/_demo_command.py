@@ -32,7 +32,7 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
     data read back is checked to be identical to what was generated. The report is printed at the end;
     a progress bar of the steps is shown meanwhile on stderr when it is a terminal.
     """
-    from deltacells._jit import kernels_to_compile
+    from deltacells._kernel_loading import kernels_to_compile
     from deltacells.demo import DemoMismatchError, format_report, run_demo
 
     if kernels_to_compile():  # said before the wait, not after it

@@ -2,6 +2,7 @@
 
 from deltacells.codec._decode import DecodedTile, decode_tile
 from deltacells.codec._encode import ExceptionPolicyError, chunk_boundaries, encode_tile
+from deltacells.codec._engine import read_only, sort_rows
 from deltacells.codec._partial import PrefixTooShortError, TilePrefix, decode_chunks, parse_prefix, prefix_size
 
 __all__ = [
@@ -15,4 +16,6 @@ __all__ = [
     "decode_chunks",
     "parse_prefix",
     "prefix_size",
+    "read_only",
+    "sort_rows",
 ]

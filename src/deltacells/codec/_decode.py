@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
-from deltacells.codec import _codes
+from deltacells.codec import _codes, _engine
 from deltacells.codec._crc import crc32
+from deltacells.codec._engine import chunk_table_ok
 from deltacells.codec._frames import decompress_frame, decompress_scratch, frame_content_size
 from deltacells.codec._layout import (
     CELL_HI,
@@ -241,7 +243,8 @@ def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", thr
     ((3, 6), [5, 1, 70000])
     """
     checked = check_tile_bytes(blob, name=name)
-    indices, data = empty_pair(checked.nnz, np.int32, np.int32)  # one allocation: on huge pages from 2^19 nonzeros
+    prepare_kernels(checked.nnz)
+    indices, data = empty_pair(checked.nnz, np.int32, np.int32)  # one allocation for both
     large = checked.decode_into(indices, data, threads=threads)
     return DecodedTile(
         indptr=checked.indptr.astype(np.int64, copy=True),
@@ -433,11 +436,10 @@ def check_table(table: np.ndarray, indptr: np.ndarray, header: TileHeader, name:
     """:func:`~deltacells.codec._layout.check_chunk_table`, in one compiled pass when the table is valid.
 
     The rules are checked by a numba kernel first (a few microseconds, against about a hundred for the
-    numpy checks of ``check_chunk_table``); only when it finds a broken one do the numpy checks run, to
-    say which and where. The ``indptr`` must have been checked (non-decreasing from 0).
+    numpy checks of ``check_chunk_table``; until numba's kernels are loaded, by its numpy version); only when
+    it finds a broken one do the numpy checks run, to say which and where. The ``indptr`` must have been
+    checked (non-decreasing from 0).
     """
-    from deltacells.codec._kernels import chunk_table_ok  # numba loads on the first decode, not on import
-
     min_offset = HEADER_SIZE + CHUNK_ENTRY_SIZE * header.n_chunks
     sizes = (header.n_cells, header.nnz, header.total_size, min_offset)
     if not chunk_table_ok(table, indptr, *(np.uint64(size) for size in sizes)):
@@ -511,8 +513,6 @@ def _decode_chunk(
     ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``); each row's columns are
     then sorted (with their values), as scipy's canonical CSR has them, unless ``sort`` is false.
     """
-    from deltacells.codec import _kernels  # numba loads on the first decode, not on import
-
     cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
     n = nnz_hi - nnz_lo
     assert out_indices.shape[0] == n and out_data.shape[0] == n
@@ -525,28 +525,28 @@ def _decode_chunk(
     vals = np.frombuffer(decompress_scratch(vals_frame, 2 * n, 1, where=vals_where), np.uint8)
     # Columns are mapped as the indices are written, unless gap exceptions must first be added to them.
     mapped = columns if not row[GEXC_LEN] else None
-    code, pos = _kernels.decode_chunk(
+    code, pos = _engine.decode_chunk(
         gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, mapped
     )
     _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
     large = False
     if row[VEXC_LEN]:
         positions, payloads = _exception_arrays(source, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
-        code, pos = _kernels.apply_value_exceptions(positions, payloads, out_data)
+        code, pos = _engine.apply_value_exceptions(positions, payloads, out_data)
         _raise_kernel_error(code, pos, f"{where} vexc frame", "exception")
         large = bool(payloads.size and payloads.max() > FLOAT32_EXACT)
     if row[GEXC_LEN]:
         positions, payloads = _exception_arrays(source, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
-        code, pos = _kernels.apply_gap_exceptions(
+        code, pos = _engine.apply_gap_exceptions(
             positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
         )
         _raise_kernel_error(
             code, pos, f"{where} gexc frame", "nonzero" if code == _codes.GENE_OUT_OF_RANGE else "exception"
         )
         if columns is not None:
-            _kernels.map_columns(out_indices, columns)
+            _engine.map_columns(out_indices, columns)
     if columns is not None and sort:  # mapped columns are no longer increasing: a canonical CSR sorts each row
-        _kernels.sort_rows(indptr, cell_lo, cell_hi, nnz_lo, out_indices, out_data, columns.shape[0])
+        _engine.sort_rows(indptr, cell_lo, cell_hi, nnz_lo, out_indices, out_data, columns.shape[0])
     return large
 
 

@@ -38,22 +38,6 @@ from deltacells.codec._layout import (
 )
 
 
-def read_only(array: np.ndarray) -> np.ndarray:
-    """``array``, or a read-only view of it: what a kernel that only reads an argument is given.
-
-    numba compiles a kernel once per type of its arguments, and a writable array is not of the type of a
-    read-only one: the same kernel called with the view of a tile's bytes (read-only) and with a fresh array
-    (writable) would be compiled twice, a second or so each on a machine with no cache yet, and loaded twice
-    from the cache in every process. Callers pass inputs through this, so that each kernel has one type of
-    them.
-    """
-    if not array.flags.writeable:
-        return array
-    view = array.view()
-    view.flags.writeable = False
-    return view
-
-
 @kernel
 def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # pragma: no cover
     """Whether a chunk table passes every rule ``check_chunk_table`` checks (True), in one pass, no allocation.

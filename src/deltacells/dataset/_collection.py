@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells._threads import map_members
-from deltacells.dataset._indexing import normalize_rows
+from deltacells.dataset._indexing import expected_nnz, normalize_rows
 from deltacells.errors import InvalidValueError
+from deltacells.tiles import gather_rows_split
 from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
@@ -111,6 +113,7 @@ class Collection:
         step 1) reads each member's range by its fast path of whole tiles.
         """
         rows = normalize_rows(index, self.n_cells)
+        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice) and rows.step == 1 and rows.stop > rows.start and np.dtype(dtype) in DIRECT_DTYPES:
             matrix = self._read_range(rows.start, rows.stop, np.dtype(dtype))
             if matrix is not None:
@@ -166,6 +169,7 @@ class Collection:
 
     def _read(self, index: Any, read: Any, dtype: DTypeLike) -> sparse.csr_matrix:
         rows = normalize_rows(index, self.n_cells)
+        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice) and rows.step == 1:
             parts = [read(self.members[m], slice(a, b)) for m, a, b in self._spans(rows.start, rows.stop)]
             return self._stacked(parts, dtype)
@@ -313,7 +317,6 @@ def _scattered(
     dataset's decoded chunks into them: no stacked matrix, no second gather.
     """
     from deltacells.tiles._chunk_rows import SplitOutputs
-    from deltacells.tiles._gather import gather_rows_split
 
     lengths = np.empty(int(cuts[-1]), dtype=np.int64)
     for piece, part in zip(pieces, parts, strict=True):
@@ -323,6 +326,6 @@ def _scattered(
         indptr = part.indptr.astype(np.int64, copy=False)
         rows = np.arange(piece.shape[0], dtype=np.int64)
         gather_rows_split(
-            indptr, part.indices, part.data, rows, outputs.piece[piece], outputs.row[piece], *outputs.typed
+            indptr, part.indices, part.data, rows, outputs.piece[piece], outputs.row[piece], *outputs.kernel_arguments()
         )
     return outputs.matrices(n_genes)

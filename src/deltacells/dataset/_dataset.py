@@ -10,12 +10,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
-from deltacells.dataset._indexing import normalize_rows
+from deltacells.codec import read_only
+from deltacells.dataset._indexing import expected_nnz, normalize_rows
 from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
 from deltacells.format import Manifest
-from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES, TileCache, TileReader
+from deltacells.tiles import (
+    DEFAULT_TILE_CACHE_BYTES,
+    TileCache,
+    TileReader,
+    drop_dropped_columns,
+    gather_rows,
+    gather_rows_mapped,
+    sort_output_rows,
+)
 from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
@@ -49,6 +59,7 @@ class Dataset:
         self.manifest = manifest
         self.threads = threads
         self._tiles = TileReader(store, manifest, cache_bytes=tile_cache_bytes, threads=threads)
+        prepare_kernels()  # numba's kernels load in the background while the caller gets on
         self._limits = manifest.limits
         self._starts = manifest.starts
         self._warned_precision = False
@@ -98,7 +109,8 @@ class Dataset:
         other = object.__new__(Dataset)
         other.__dict__.update(self.__dict__)
         other.gene_order_mode = gene_order
-        other._columns = order  # a copy of its own, int32
+        other._columns = None if order is None else read_only(order)  # a copy of its own, int32 (read-only: one
+        # type of argument for the kernels, see deltacells.codec.read_only)
         return other
 
     def with_columns(self, columns: np.ndarray, n_columns: int) -> Dataset:
@@ -140,7 +152,7 @@ class Dataset:
         other = object.__new__(Dataset)
         other.__dict__.update(self.__dict__)
         other.gene_order_mode = "joined"
-        other._columns = kernel_map
+        other._columns = read_only(kernel_map)
         other._n_columns = int(n_columns)
         other._joined = columns.astype(np.int32)
         other._joined.flags.writeable = False
@@ -346,6 +358,7 @@ class Dataset:
         nonzero written once, and are not cached (a full read leaves the cache as it was).
         """
         rows = normalize_rows(index, self.n_cells)
+        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         dtype = np.dtype(dtype)
         span = _as_range(rows)
         if span is not None and dtype in DIRECT_DTYPES:
@@ -425,7 +438,7 @@ class Dataset:
             Increasing row numbers from 0 to the number of rows: matrix ``k`` holds rows
             ``cuts[k] .. cuts[k + 1] - 1`` (``None``: one matrix). Each row is written once, into its
             matrix, whose ``indices`` and ``data`` are slices of two arrays shared by all the matrices (one
-            allocation, placed on huge pages when large: no page fault per matrix); keeping one matrix keeps
+            allocation, not one per matrix); keeping one matrix keeps
             them all in memory.
         dtype, sort_columns
             As for :meth:`read_rows_uncached`.
@@ -444,6 +457,7 @@ class Dataset:
         from deltacells.tiles._chunk_rows import read_rows_by_chunk
 
         rows = normalize_rows(index, self.n_cells)
+        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
         n = rows.shape[0]
@@ -570,8 +584,6 @@ class Dataset:
             rows = np.arange(lo[k], hi[k], dtype=np.int64)
             self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
         if copied and self._columns is not None:  # direct tiles are sorted as they decode
-            from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
-
             spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
             sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0], spans)
         if direct.any():
@@ -585,12 +597,8 @@ class Dataset:
     ) -> int:
         """Sort rows mapped to other columns (unless they are already), remove the genes left out; the nonzeros left."""
         if self._columns is not None and not sorted_already:
-            from deltacells.tiles._gather import sort_output_rows  # numba loads on the first decode
-
             sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0])
         if self.drops_genes:
-            from deltacells.tiles._gather import drop_dropped_columns
-
             return int(drop_dropped_columns(out_indptr, out_indices, out_data, self.n_genes))
         return int(out_indices.shape[0])
 
@@ -666,8 +674,6 @@ class Dataset:
 
     def _dropped(self, matrix: sparse.csr_matrix) -> sparse.csr_matrix:
         """A matrix read with the genes left out (:meth:`with_columns`) still in its rows, without them."""
-        from deltacells.tiles._gather import drop_dropped_columns
-
         indptr = matrix.indptr.astype(np.int64)
         nnz = drop_dropped_columns(indptr, matrix.indices, matrix.data, self.n_genes)
         # The arrays set as they are (slices of the loader's shared arrays): scipy's constructor would copy them.
@@ -680,15 +686,11 @@ class Dataset:
 
     def _copy_rows(self, *arrays: np.ndarray) -> None:
         """Copy rows into the output (the gather kernels), mapping the columns to the source's order if asked."""
-        from deltacells.codec._kernels import read_only
-
         # The source's arrays are read-only in a cached tile and writable in a fresh one: one type for both.
         arrays = (*(read_only(array) for array in arrays[:3]), *arrays[3:])
         if self._columns is None:
-            _gather()(*arrays)
+            gather_rows(*arrays)
         else:
-            from deltacells.tiles._gather import gather_rows_mapped
-
             gather_rows_mapped(*arrays, self._columns, False)  # rows are sorted once, in _csr
 
     def _warn_if_inexact(self, inexact: bool, dtype: np.dtype) -> None:
@@ -759,13 +761,6 @@ class Dataset:
         return read_var_table(self.store, self.manifest)
 
 
-def _gather() -> Any:
-    """The numba kernel copying rows (numba loads on the first read, not on import)."""
-    from deltacells.tiles._gather import gather_rows
-
-    return gather_rows
-
-
 def _as_range(rows: np.ndarray | slice) -> tuple[int, int] | None:
     """``(start, stop)`` if ``rows`` are consecutive increasing cells (a slice of step 1, or such an array)."""
     if isinstance(rows, slice):
@@ -798,7 +793,7 @@ def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     data = np.empty(int(indptr[-1]), dtype=dtype)
     positions = np.arange(rows.shape[0], dtype=np.int64)
-    _gather()(tile.indptr, tile.indices, tile.data, rows, indptr, positions, indices, data)
+    gather_rows(tile.indptr, tile.indices, tile.data, rows, indptr, positions, indices, data)
     return positions, indptr, indices, data
 
 

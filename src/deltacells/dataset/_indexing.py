@@ -61,3 +61,12 @@ def normalize_rows(index: Any, n_rows: int, *, what: str = "row") -> np.ndarray 
         msg = f"{what} {bad} is out of range for {n_rows} {what}s"
         raise OutOfRangeError(msg)
     return np.where(arr < 0, arr + n_rows, arr)
+
+
+def expected_nnz(rows: np.ndarray | slice, nnz: int, n_cells: int) -> int:
+    """About how many nonzeros a read of ``rows`` (from :func:`normalize_rows`) decodes.
+
+    Their number times a cell's mean (``nnz / n_cells``).
+    """
+    n = len(range(rows.start, rows.stop, rows.step)) if isinstance(rows, slice) else rows.shape[0]
+    return n * nnz // max(n_cells, 1)

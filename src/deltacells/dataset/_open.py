@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells.dataset._commit import reading_store
 from deltacells.dataset._dataset import Dataset
 from deltacells.errors import DatasetNotFoundError, MissingObjectError
@@ -49,6 +50,7 @@ def open_dataset(
     FormatError
         If the manifest breaks a rule of the format.
     """
+    prepare_kernels()  # numba's kernels load in the background while the manifest is read (and the caller goes on)
     store = open_store(path, storage_options, io_concurrency=io_concurrency)
     try:
         text = store.read(MANIFEST_NAME)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells.dataset import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
@@ -161,6 +162,7 @@ def read_deltacells(
     'csr'
     """
     chunks = parse_chunks(chunks)
+    prepare_kernels()  # numba's kernels load in the background while anndata is imported, the manifest read
     register_anndata_io()
     import anndata as ad
 

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from deltacells.tiles._cache import CACHE_POLICIES, TileCache
 from deltacells.tiles._counts import to_count_csr
+from deltacells.tiles._gathering import (
+    drop_dropped_columns,
+    gather_rows,
+    gather_rows_mapped,
+    gather_rows_split,
+    sort_output_rows,
+)
 from deltacells.tiles._reader import DEFAULT_TILE_CACHE_BYTES, TileReader
 from deltacells.tiles._writer import (
     DEFAULT_LEVEL,
@@ -25,5 +32,10 @@ __all__ = [
     "TileReader",
     "TileWriter",
     "check_tile_settings",
+    "drop_dropped_columns",
+    "gather_rows",
+    "gather_rows_mapped",
+    "gather_rows_split",
+    "sort_output_rows",
     "to_count_csr",
 ]

@@ -36,6 +36,7 @@ from deltacells.format import (
     problem_from_error,
     tile_path,
 )
+from deltacells.tiles._gathering import gather_rows_split, gather_rows_split_sorted
 from deltacells.tiles._ranged import RANGED_MAX_SHARE, HeaderCounts, ranged_read_pays, submit_ranged_fetch
 
 if TYPE_CHECKING:
@@ -148,35 +149,43 @@ def read_rows_by_chunk(
 
 
 class SplitOutputs:
-    """The output matrices' arrays, each of its own; and for each output row, its matrix and row in it."""
+    """The output matrices' arrays, laid end to end; and for each output row, its matrix and row in it.
+
+    Output ``k``'s row pointers are ``indptrs[indptr_starts[k] : indptr_starts[k + 1]]`` (from 0), its nonzeros
+    ``indices[nnz_starts[k] : nnz_starts[k + 1]]`` (and ``data``): one allocation for all, each matrix made of
+    slices of its own (:meth:`matrices`). :meth:`kernel_arguments` are these for the gather kernels.
+    """
 
     def __init__(self, lengths: np.ndarray, cuts: np.ndarray, dtype: np.dtype) -> None:
-        from numba.typed import List  # numba loads on the first decode, not on import
-
         n_pieces = cuts.shape[0] - 1
-        self.piece = np.repeat(np.arange(n_pieces, dtype=np.int64), np.diff(cuts))
+        rows_per_piece = np.diff(cuts)
+        self.piece = np.repeat(np.arange(n_pieces, dtype=np.int64), rows_per_piece)
         self.row = np.arange(lengths.shape[0], dtype=np.int64) - cuts[self.piece]
-        self.indptrs = []
+        self.indptr_starts = np.concatenate(([0], np.cumsum(rows_per_piece + 1))).astype(np.int64)
+        self.indptrs = np.zeros(int(self.indptr_starts[-1]), dtype=np.int64)
+        sizes = np.zeros(n_pieces, dtype=np.int64)
         for k in range(n_pieces):
-            indptr = np.zeros(int(cuts[k + 1] - cuts[k]) + 1, dtype=np.int64)
+            indptr = self.indptrs[self.indptr_starts[k] : self.indptr_starts[k + 1]]
             np.cumsum(lengths[cuts[k] : cuts[k + 1]], out=indptr[1:])
-            self.indptrs.append(indptr)
-        sizes = [int(indptr[-1]) for indptr in self.indptrs]
-        self.nnz = sum(sizes)
-        index_dtype = np.int32 if max(sizes, default=0) < 2**31 else np.int64
-        # One allocation for all the pieces, each a slice of it: large enough to start on a huge page, and so
-        # mapped a huge page at a fault rather than 4 KiB (a window of a training loader: 16 batches).
-        offsets = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
-        all_indices, all_data = empty(self.nnz, index_dtype), empty(self.nnz, dtype)
-        self.indices = [all_indices[offsets[k] : offsets[k + 1]] for k in range(n_pieces)]
-        self.data = [all_data[offsets[k] : offsets[k + 1]] for k in range(n_pieces)]
-        self.typed = (List(self.indptrs), List(self.indices), List(self.data))
+            sizes[k] = indptr[-1]
+        self.nnz = int(sizes.sum())
+        self.nnz_starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        index_dtype = np.int32 if int(sizes.max(initial=0)) < 2**31 else np.int64
+        self.indices, self.data = empty(self.nnz, index_dtype), empty(self.nnz, dtype)
+
+    def kernel_arguments(self) -> tuple[np.ndarray, ...]:
+        """``indptr_starts, indptrs, nnz_starts, indices, data``: the outputs as the gather kernels take them."""
+        return self.indptr_starts, self.indptrs, self.nnz_starts, self.indices, self.data
 
     def matrices(self, n_genes: int) -> list[sparse.csr_matrix]:
-        return [
-            _csr_of(data, indices, indptr.astype(indices.dtype, copy=False), (indptr.shape[0] - 1, n_genes))
-            for indptr, indices, data in zip(self.indptrs, self.indices, self.data, strict=True)
-        ]
+        matrices = []
+        for k in range(self.indptr_starts.shape[0] - 1):
+            indptr = self.indptrs[self.indptr_starts[k] : self.indptr_starts[k + 1]]
+            lo, hi = int(self.nnz_starts[k]), int(self.nnz_starts[k + 1])
+            indices = self.indices[lo:hi]
+            shape = (indptr.shape[0] - 1, n_genes)
+            matrices.append(_csr_of(self.data[lo:hi], indices, indptr.astype(indices.dtype, copy=True), shape))
+        return matrices
 
 
 def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sparse.csr_matrix:
@@ -207,14 +216,13 @@ def _decode_chunk_rows(
     their output rows. The chunk's arrays are still in this core's cache when its rows are copied.
     """
     from deltacells.codec._layout import CELL_HI, CELL_LO, NNZ_HI, NNZ_LO
-    from deltacells.tiles._gather import gather_rows_split, gather_rows_split_sorted  # numba loads on first decode
 
     row = part.checked.table[chunk]
     cell_lo, cell_hi, nnz_lo, nnz_hi = (int(row[k]) for k in (CELL_LO, CELL_HI, NNZ_LO, NNZ_HI))
     lo, hi = np.searchsorted(local, [cell_lo, cell_hi])
     # The chunk's arrays are copied out before this returns: this thread's scratch, not fresh memory each time.
     indices = scratch("chunk indices", nnz_hi - nnz_lo, np.int32)
-    data = scratch("chunk data", nnz_hi - nnz_lo, outputs.data[0].dtype)
+    data = scratch("chunk data", nnz_hi - nnz_lo, outputs.data.dtype)
     try:
         # Mapped rows are sorted as they are copied out (only those wanted, and one pass fewer).
         large = part.checked.decode_chunk_into(chunk, indices, data, columns, sort=False)
@@ -225,9 +233,9 @@ def _decode_chunk_rows(
     mine = slots[lo:hi]
     where = (local[lo:hi] - cell_lo, outputs.piece[mine], outputs.row[mine])
     if columns is not None and sort:
-        gather_rows_split_sorted(indptr, indices, data, *where, *outputs.typed, columns.shape[0])
+        gather_rows_split_sorted(indptr, indices, data, *where, *outputs.kernel_arguments(), columns.shape[0])
     else:
-        gather_rows_split(indptr, indices, data, *where, *outputs.typed)
+        gather_rows_split(indptr, indices, data, *where, *outputs.kernel_arguments())
     return large
 
 

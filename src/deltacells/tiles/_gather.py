@@ -12,9 +12,6 @@ other's branch: the loops over the nonzeros are the same as if each kernel had i
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
-
 import numpy as np
 
 from deltacells._jit import kernel
@@ -108,26 +105,38 @@ def gather_rows_mapped(
 
 @kernel
 def gather_rows_split(
-    src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data
+    src_indptr, src_indices, src_data, rows, pieces, piece_rows, indptr_starts, indptrs, nnz_starts, indices, data
 ):  # pragma: no cover
     """Copy row ``rows[i]`` of the source into row ``piece_rows[i]`` of output ``pieces[i]``.
 
-    The outputs are separate CSR matrices (typed lists of their ``indptr``, ``indices`` and ``data``, the
-    row pointers already made), so that each is an array of its own, not a view of a larger one: a
-    training loader's batches, which scipy would copy again if they were views.
+    The outputs are separate CSR matrices laid end to end: output ``p``'s row pointers are
+    ``indptrs[indptr_starts[p]:]`` (already made, from 0), its nonzeros ``indices[nnz_starts[p]:]`` and
+    ``data[nnz_starts[p]:]``; each matrix is then made of slices of its own, not a view of a larger
+    matrix (a training loader's batches, which scipy would copy again if they were views).
     """
     for i in range(rows.shape[0]):
         p = pieces[i]
         start = src_indptr[rows[i]]
         n = src_indptr[rows[i] + 1] - start
-        dest = out_indptrs[p][piece_rows[i]]
-        _copy(src_data[start : start + n], out_data[p][dest : dest + n])
-        _copy(src_indices[start : start + n], out_indices[p][dest : dest + n])
+        dest = nnz_starts[p] + indptrs[indptr_starts[p] + piece_rows[i]]
+        _copy(src_data[start : start + n], data[dest : dest + n])
+        _copy(src_indices[start : start + n], indices[dest : dest + n])
 
 
 @kernel
 def gather_rows_split_sorted(
-    src_indptr, src_indices, src_data, rows, pieces, piece_rows, out_indptrs, out_indices, out_data, n_columns
+    src_indptr,
+    src_indices,
+    src_data,
+    rows,
+    pieces,
+    piece_rows,
+    indptr_starts,
+    indptrs,
+    nnz_starts,
+    indices,
+    data,
+    n_columns,
 ):  # pragma: no cover
     """:func:`gather_rows_split`, each row's columns sorted on the way (source rows mapped, not yet sorted).
 
@@ -148,9 +157,9 @@ def gather_rows_split_sorted(
         p = pieces[i]
         start = src_indptr[rows[i]]
         n = src_indptr[rows[i] + 1] - start
-        dest = out_indptrs[p][piece_rows[i]]
-        target_indices = out_indices[p][dest : dest + n]
-        target_data = out_data[p][dest : dest + n]
+        dest = nnz_starts[p] + indptrs[indptr_starts[p] + piece_rows[i]]
+        target_indices = indices[dest : dest + n]
+        target_data = data[dest : dest + n]
         row_indices = src_indices[start : start + n]
         row_data = src_data[start : start + n]
         if radix_offsets(row_indices, counts, n_passes, top):  # in order: copied as it is
@@ -160,48 +169,6 @@ def gather_rows_split_sorted(
             sorted_indices, sorted_data = radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes)
             _copy(sorted_data, target_data)
             _copy(sorted_indices, target_indices)
-
-
-#: Nonzeros per task when the rows of an output are sorted on the decoding pool (:func:`sort_output_rows`).
-SORT_TASK_NNZ = 1 << 20
-
-
-def sort_output_rows(
-    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_columns: int, rows: Any = None
-) -> None:
-    """Sort the columns of output rows (mapped to the source's gene order) in place, with their values.
-
-    Parameters
-    ----------
-    indptr, indices, data
-        The output CSR arrays.
-    n_columns
-        Columns of the output.
-    rows
-        ``(first, end)`` row ranges to sort; ``None``: every row. Large ones are cut into tasks of about
-        :data:`SORT_TASK_NNZ` nonzeros run on the decoding pool (the kernel releases the GIL).
-    """
-    from deltacells._threads import shared_pool
-    from deltacells.codec._kernels import read_only, sort_rows
-
-    indptr = read_only(indptr)
-    spans = [(0, indptr.shape[0] - 1)] if rows is None else list(rows)
-    tasks = []
-    for first, end in spans:
-        if end - first < 1:
-            continue
-        nnz = int(indptr[end] - indptr[first])
-        n_tasks = max(1, nnz // SORT_TASK_NNZ)
-        cuts = np.searchsorted(indptr[first : end + 1], np.linspace(indptr[first], indptr[end], n_tasks + 1)) + first
-        cuts[0], cuts[-1] = first, end
-        tasks += [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
-    if len(tasks) <= 1:
-        for a, b in tasks:
-            sort_rows(indptr, a, b, 0, indices, data, n_columns)
-        return
-    futures = [shared_pool().submit(sort_rows, indptr, a, b, 0, indices, data, n_columns) for a, b in tasks]
-    for future in futures:
-        future.result()
 
 
 @kernel

@@ -1,0 +1,151 @@
+"""numba's kernels loaded on a background thread, numpy's versions of them serving until they are.
+
+The first call of a numba kernel in a process pays for numba itself before any kernel runs: importing it
+and preparing its compiler's target, about 0.3 s on the benchmark machine (Python 3.11) even when every
+kernel is in numba's on-disk cache, then a few milliseconds for each kernel and signature loaded from it,
+or seconds each when the cache is cold (a fresh install, a new machine) and they are compiled. Every
+short script, CLI call, dask worker and ``DataLoader`` worker would pay it on its first cell.
+
+So the loading starts on a daemon thread as soon as a dataset is opened (:func:`prepare_kernels`): it
+imports the kernel modules and calls each module's ``warm_up()``, which runs the kernels on tiny inputs,
+loading (or compiling) the signatures reads use. The kernel calls ask :func:`compiled_kernels` first: until
+the loading is done it answers ``False``, and the caller runs the kernel's numpy version
+(``deltacells.codec._vectorised``, ``deltacells.tiles._gather_vectorised``: same arguments, same results,
+nothing to load, but 4 to 8 times the compiled kernels' time a nonzero). So a read of a few cells is served at
+once; a read of :data:`WAIT_MIN_NNZ` nonzeros or more waits for the loading instead (through
+:func:`prepare_kernels`), which costs it less, unless the loading has to compile kernels (a cold cache):
+that takes seconds, and the read runs numpy's versions meanwhile. Kernels without a numpy version, and the
+error reports of the numpy versions, wait for the loading too (:func:`load_compiled_kernels`).
+
+A process must not fork while the loading thread runs (the child would inherit numba's locks, held by a
+thread it does not have): a fork waits for it to finish, and the child then has the kernels loaded, free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+
+__all__ = [
+    "KERNEL_MODULES",
+    "WAIT_MIN_NNZ",
+    "compiled_kernels",
+    "kernels_to_compile",
+    "load_compiled_kernels",
+    "prepare_kernels",
+]
+
+#: The modules that define kernels (``tests/test_jit.py`` checks that none is missing). None is imported by
+#: ``import deltacells``.
+KERNEL_MODULES = ("deltacells.codec._kernels", "deltacells.tiles._gather")
+
+#: The modules whose ``warm_up()`` the loading thread runs, in this order: each runs kernels of the modules
+#: above on tiny inputs, as reads call them.
+WARM_UP_MODULES = ("deltacells.codec._warm_up", "deltacells.tiles._warm_up")
+
+#: Nonzeros from which a read waits for the compiled kernels rather than run their numpy versions. Measured
+#: on 100,000 resampled Visium cells (2-core machine, one thread): the numpy versions cost 14 ns a nonzero
+#: more than the compiled kernels (3.7 ns) in stored gene order and 50 ns more (6.8 ns) in the original
+#: order, rows sorted; loading the kernels takes about 0.3 s from numba's cache. A million nonzeros (about
+#: 2,700 such cells) run in numpy's versions in at most 0.06 s, well within what the loading costs.
+WAIT_MIN_NNZ = 1_000_000
+
+_loaded = threading.Event()
+_assessed = threading.Event()  # set once the loading thread knows whether it compiles (below)
+_compiling = False  # whether some kernel is not in numba's cache (the loading compiles it: seconds)
+_start_lock = threading.Lock()
+_thread: threading.Thread | None = None
+_local = threading.local()  # .loading: this thread is the loading thread (its calls run the compiled kernels)
+
+
+def compiled_kernels() -> bool:
+    """Whether the caller should run numba's compiled kernels (``True``) or their numpy versions.
+
+    ``True`` once the kernels are loaded in this process, and always on the loading thread itself. Otherwise
+    the loading starts in the background (once per process) and the answer is ``False``.
+    """
+    if _loaded.is_set() or getattr(_local, "loading", False):
+        return True
+    _start()
+    return False
+
+
+def prepare_kernels(nnz: int = 0) -> None:
+    """Before work on about ``nnz`` nonzeros: start loading the compiled kernels, and wait for them if it is large.
+
+    Parameters
+    ----------
+    nnz
+        The nonzeros the caller is about to decode or copy; 0 (a dataset just opened): only start loading.
+        From :data:`WAIT_MIN_NNZ` on, returns once the kernels are loaded.
+    """
+    if _loaded.is_set():
+        return
+    _start()
+    if nnz >= WAIT_MIN_NNZ and not getattr(_local, "loading", False):
+        _assessed.wait()
+        if not _compiling:
+            _loaded.wait()
+
+
+def load_compiled_kernels() -> None:
+    """Return once numba's kernels are loaded: wait for the loading thread (started now if need be)."""
+    if _loaded.is_set() or getattr(_local, "loading", False):
+        return
+    _start()
+    _loaded.wait()
+
+
+def kernels_to_compile() -> list[str]:
+    """The kernels that no earlier process compiled into numba's cache on this machine (imports them).
+
+    A process that finds some spends seconds compiling them (about 10 s for all of deltacells' on 2 cores);
+    later processes load them from the cache. ``deltacells demo`` says so first.
+    """
+    for module in KERNEL_MODULES:
+        importlib.import_module(module)
+    from deltacells._jit import compiled_kernels_list
+
+    return [
+        dispatcher.py_func.__qualname__
+        for dispatcher in compiled_kernels_list()
+        if not os.path.exists(dispatcher._cache.index_path)
+    ]
+
+
+def _start() -> None:
+    global _thread
+    with _start_lock:
+        if _thread is None and not _loaded.is_set():
+            _thread = threading.Thread(target=_load, name="deltacells-kernel-loading", daemon=True)
+            _thread.start()
+
+
+def _load() -> None:
+    """The loading thread: import every kernel module and warm its kernels up, then say they are loaded."""
+    global _compiling
+    _local.loading = True
+    try:
+        _compiling = bool(kernels_to_compile())  # imports numba and the kernel modules
+        _assessed.set()
+        for name in WARM_UP_MODULES:
+            importlib.import_module(name).warm_up()
+    finally:  # even if a warm-up failed: the kernels then load (or fail, loudly) on their first real call
+        _assessed.set()
+        _loaded.set()
+
+
+def _wait_before_fork() -> None:
+    thread = _thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
+def _after_fork_in_child() -> None:
+    global _start_lock, _thread
+    _start_lock = threading.Lock()
+    _thread = None  # the parent's thread had finished (see _wait_before_fork); loaded stays as it was
+
+
+os.register_at_fork(before=_wait_before_fork, after_in_child=_after_fork_in_child)

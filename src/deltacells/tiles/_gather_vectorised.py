@@ -1,0 +1,128 @@
+"""numpy versions of the row-copying kernels, for the calls made before numba's kernels are loaded.
+
+Same arguments and results as the kernels of the same names in ``deltacells.tiles._gather`` (tested against
+them), in whole-array numpy operations: no loop per row or per nonzero (see ``deltacells._kernel_loading``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "drop_dropped_columns",
+    "gather_rows",
+    "gather_rows_mapped",
+    "gather_rows_split",
+    "gather_rows_split_sorted",
+]
+
+
+def gather_rows(
+    src_indptr: np.ndarray,
+    src_indices: np.ndarray,
+    src_data: np.ndarray,
+    rows: np.ndarray,
+    out_indptr: np.ndarray,
+    out_slots: np.ndarray,
+    out_indices: np.ndarray,
+    out_data: np.ndarray,
+) -> None:
+    """Copy row ``rows[i]`` of the source into output row ``out_slots[i]`` (values cast to ``out_data``'s dtype)."""
+    source, target, _ = _positions(src_indptr, rows, out_indptr[out_slots])
+    out_data[target] = src_data[source]
+    out_indices[target] = src_indices[source]
+
+
+def gather_rows_mapped(
+    src_indptr: np.ndarray,
+    src_indices: np.ndarray,
+    src_data: np.ndarray,
+    rows: np.ndarray,
+    out_indptr: np.ndarray,
+    out_slots: np.ndarray,
+    out_indices: np.ndarray,
+    out_data: np.ndarray,
+    columns: np.ndarray,
+    sort: bool,
+) -> None:
+    """:func:`gather_rows`, writing ``columns[j]`` for stored column ``j``; with ``sort``, each row in order."""
+    source, target, owner = _positions(src_indptr, rows, out_indptr[out_slots])
+    indices, data = columns[src_indices[source]], src_data[source]
+    if sort:
+        indices, data = _sorted_by_row(owner, indices, data, columns.shape[0])
+    out_data[target] = data
+    out_indices[target] = indices
+
+
+def gather_rows_split(
+    src_indptr: np.ndarray,
+    src_indices: np.ndarray,
+    src_data: np.ndarray,
+    rows: np.ndarray,
+    pieces: np.ndarray,
+    piece_rows: np.ndarray,
+    indptr_starts: np.ndarray,
+    indptrs: np.ndarray,
+    nnz_starts: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+) -> None:
+    """Copy row ``rows[i]`` into row ``piece_rows[i]`` of output ``pieces[i]`` (outputs laid end to end)."""
+    dests = nnz_starts[pieces] + indptrs[indptr_starts[pieces] + piece_rows]
+    source, target, _ = _positions(src_indptr, rows, dests)
+    data[target] = src_data[source]
+    indices[target] = src_indices[source]
+
+
+def gather_rows_split_sorted(
+    src_indptr: np.ndarray,
+    src_indices: np.ndarray,
+    src_data: np.ndarray,
+    rows: np.ndarray,
+    pieces: np.ndarray,
+    piece_rows: np.ndarray,
+    indptr_starts: np.ndarray,
+    indptrs: np.ndarray,
+    nnz_starts: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    n_columns: int,
+) -> None:
+    """:func:`gather_rows_split`, each row's columns sorted on the way (with their values)."""
+    dests = nnz_starts[pieces] + indptrs[indptr_starts[pieces] + piece_rows]
+    source, target, owner = _positions(src_indptr, rows, dests)
+    sorted_indices, sorted_data = _sorted_by_row(owner, src_indices[source], src_data[source], n_columns)
+    data[target] = sorted_data
+    indices[target] = sorted_indices
+
+
+def drop_dropped_columns(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, limit: int) -> int:
+    """Remove every nonzero whose column is ``limit`` or more, in place; rewrite ``indptr``; the new nnz."""
+    lo, hi = int(indptr[0]), int(indptr[-1])
+    keep = indices[lo:hi] < limit
+    before = np.concatenate(([0], np.cumsum(keep)))  # nonzeros kept before each position
+    kept = np.flatnonzero(keep) + lo
+    n = kept.shape[0]
+    indices[lo : lo + n] = indices[kept]
+    data[lo : lo + n] = data[kept]
+    indptr[:] = lo + before[indptr - lo]
+    return n
+
+
+def _positions(
+    src_indptr: np.ndarray, rows: np.ndarray, dests: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every nonzero of the rows ``rows``: its source position, its target (row ``i`` from ``dests[i]``), its row."""
+    starts = src_indptr[rows]
+    lengths = src_indptr[rows + 1] - starts
+    owner = np.repeat(np.arange(rows.shape[0], dtype=np.int64), lengths)
+    within = np.arange(owner.shape[0], dtype=np.int64) - (np.cumsum(lengths) - lengths)[owner]
+    return starts[owner] + within, dests[owner] + within, owner
+
+
+def _sorted_by_row(
+    owner: np.ndarray, indices: np.ndarray, data: np.ndarray, n_columns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's nonzeros (rows consecutive, ``owner`` naming each one's) in increasing column order."""
+    order = np.argsort(owner * n_columns + indices, kind="stable")
+    return indices[order], data[order]

@@ -1,0 +1,137 @@
+"""numba's kernels load on a background thread; reads before that run their numpy versions, large ones wait.
+
+Each case runs in a fresh interpreter (this one has the kernels loaded), whose loading thread is held back
+or slowed by patching ``deltacells._kernel_loading._load``, so that what happens before the kernels are loaded
+is not a matter of timing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import deltacells
+from deltacells.datasets import synthetic_counts
+
+#: Opens the dataset at sys.argv[1] with its loading thread held until ``release`` is set; ``expected`` is
+#: the matrix (scipy .npz at sys.argv[2]).
+PRELUDE = """
+import sys, threading
+import numpy as np
+from scipy import sparse
+import deltacells
+from deltacells import _kernel_loading
+
+release = threading.Event()
+load = _kernel_loading._load
+_kernel_loading._load = lambda: (release.wait(120), load())
+expected = sparse.load_npz(sys.argv[2])
+dataset = deltacells.open_dataset(sys.argv[1]).with_gene_order("original")
+
+def same(rows, got):
+    assert (got != expected[rows]).nnz == 0 and got.has_sorted_indices, rows
+    got.check_format(full_check=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from scipy import sparse
+
+    tmp = tmp_path_factory.mktemp("kernel-loading")
+    adata = synthetic_counts(3000, 400, seed=1)
+    deltacells.write_deltacells(adata, tmp / "ds", progress=False, tile_size=512)
+    sparse.save_npz(tmp / "expected.npz", sparse.csr_matrix(adata.X).astype(np.float32))
+    return tmp / "ds", tmp / "expected.npz"
+
+
+def run(code: str, written: tuple[Path, Path], **env: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + code, *map(str, written)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_reads_before_the_kernels_are_loaded_run_numpys_versions(written) -> None:
+    code = """
+for rows in ([5], [2999, 0, 1700, 5], slice(10, 40), slice(None, None, 97)):
+    same(rows, dataset.read_rows(rows))
+same([7, 3, 600], dataset.read_rows_uncached([7, 3, 600]))
+assert "deltacells.codec._kernels" not in sys.modules  # nothing compiled was asked for
+assert not _kernel_loading._loaded.is_set()
+release.set()
+_kernel_loading.load_compiled_kernels()
+for rows in ([5], [2999, 0, 1700, 5], slice(None, None, 97)):
+    same(rows, deltacells.open_dataset(sys.argv[1]).with_gene_order("original").read_rows(rows))
+"""
+    run(code, written)
+
+
+def test_a_large_read_waits_for_the_kernels(written) -> None:
+    code = """
+_kernel_loading.WAIT_MIN_NNZ = 1000  # a read of 100 cells is large here
+_kernel_loading.kernels_to_compile = lambda: []  # as when numba's cache has them all (whether it has or not)
+threading.Timer(0.5, release.set).start()
+same(slice(0, 100), dataset.read_rows(slice(0, 100)))
+assert _kernel_loading._loaded.is_set()  # waited for them
+assert "deltacells.codec._kernels" in sys.modules
+"""
+    run(code, written)
+
+
+def test_a_large_read_does_not_wait_for_kernels_being_compiled(written) -> None:
+    code = """
+_kernel_loading.WAIT_MIN_NNZ = 1000
+_kernel_loading._compiling = True  # what the (held) loading thread finds when numba's cache is cold
+_kernel_loading._assessed.set()
+same(slice(0, 3000), dataset.read_rows(slice(0, 3000)))  # numpy's versions, while the kernels compile
+assert not _kernel_loading._loaded.is_set()
+release.set()
+"""
+    run(code, written)
+
+
+def test_malformed_input_waits_for_the_kernels_to_say_where(tmp_path, written) -> None:
+    from deltacells.codec._encode import encode_tile
+
+    blob = bytearray(encode_tile(np.array([0, 3]), np.array([1, 4, 6]), np.array([2, 3, 4]), 8, level=1))
+    (tmp_path / "tile.bin").write_bytes(bytes(blob))
+    code = f"""
+from deltacells.codec._decode import check_tile_bytes
+from deltacells.codec import _vectorised
+tile = check_tile_bytes(open({str(tmp_path / "tile.bin")!r}, "rb").read())
+out = (np.empty(3, np.int32), np.empty(3, np.float32))
+gaps = np.array([1, 3, 0, 0, 0, 0], np.uint8)  # a zero gap inside the cell
+vals = np.array([2, 3, 4, 0, 0, 0], np.uint8)
+threading.Timer(0.3, release.set).start()
+code, position = _vectorised.decode_chunk(gaps, vals, tile.indptr, 0, 1, 0, 8, *out, None)
+assert (code, position) != (0, 0) and position == 2, (code, position)
+assert _kernel_loading._loaded.is_set()
+"""
+    run(code, written)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_waits_for_the_loading_and_the_child_has_the_kernels(written) -> None:
+    code = """
+import os, time
+threading.Timer(0.5, release.set).start()
+assert not _kernel_loading._loaded.is_set()
+pid = os.fork()  # waits for the loading thread (held 0.5 s, then loading)
+if pid == 0:
+    ok = _kernel_loading._loaded.is_set() and _kernel_loading.compiled_kernels()
+    dataset.read_rows([1, 2])
+    os._exit(0 if ok and _kernel_loading._thread is None else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+"""
+    run(code, written)
