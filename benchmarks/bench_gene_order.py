@@ -1,89 +1,199 @@
-"""What reading genes in their original order costs: a full read in stored order against the default.
+"""What reading genes in their original order costs, against the stored order and against anndata's formats.
 
 ``read_deltacells`` gives genes in the order they were written (DECISIONS.md 13): each stored column number
-is mapped back through ``gene_order.npy`` while rows are copied. This measures, in one run on one machine,
-open + full read into CSR (``X.to_memory()``, float32, warm page cache, best of ``--repeat`` rounds that
-interleave the variants) with
+is mapped back through ``gene_order.npy`` while rows are decoded, and each row's columns are then sorted (a
+radix sort per row), as scipy's canonical CSR has them. This measures, in one run on one machine, a full
+read into a float32 CSR from the page cache, on 1 core and on 2 (the process pinned to them with
+``sched_setaffinity``; deltacells told as many threads), best of ``--repeat`` rounds that interleave:
 
-* ``stored``: genes as stored (rows sorted);
-* ``original``: the default, rows marked unsorted (``has_sorted_indices = False``);
-* ``original, sorted rows``: the same with every row's columns sorted (the alternative that was rejected).
+* ``zstd alone`` on the same frames (every gaps and vals frame decompressed, one thread): the floor;
+* ``deltacells, stored order``: ``open_dataset(path, threads=k).read_rows()``;
+* ``deltacells, original order``: ``open_dataset(path, threads=k).with_gene_order("original").read_rows()``,
+  X alone as the stored order's line reads it;
+* ``deltacells, original order (default)``: ``read_deltacells(path, threads=k).X.to_memory()``, the AnnData
+  path (opening it too: var, obs names), as anndata's lines below read theirs;
+* ``h5ad (uncompressed)``, ``zarr`` (anndata's defaults) and ``h5ad (gzip)``: ``anndata.read_h5ad/zarr(path).X``.
 
-Usage::
+Matrices: the real Visium CytAssist matrix (2,898 x 19,465) and 100,000 of its cells drawn with replacement
+(37 M nonzeros). Then why rows are sorted: ``sc.pp.normalize_total`` on the original-order matrix with its
+rows left as mapped, against sorted. Usage::
 
-    python benchmarks/bench_gene_order.py                      # synthetic 30,000 x 5,000
-    python benchmarks/bench_gene_order.py --visium ../shared/data/visium-cytassist
-    python benchmarks/bench_gene_order.py --quick
+    python benchmarks/bench_gene_order.py --json docs/_data/gene-order.json   # about 4 minutes
+    python benchmarks/bench_gene_order.py --quick                               # CI: 20,000 cells, 2 rounds
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anndata as ad
 import numpy as np
 import scanpy as sc
+import zstandard
+from _record import now, write_json
+from _visium import VISIUM, resampled_rows
 from scipy import sparse
 
 import deltacells
-from deltacells.datasets import synthetic_counts
+from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, VALS_LEN, VALS_OFF, TileHeader, read_chunk_table
+from deltacells.format import tile_path
+
+#: The contenders, in the order of the table.
+CONTENDERS = (
+    "zstd alone (floor)",
+    "deltacells, stored order",
+    "deltacells, original order",
+    "deltacells, original order (default)",
+    "h5ad (uncompressed)",
+    "zarr",
+    "h5ad (gzip)",
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--visium", type=Path, help="the 10x matrix directory (../shared/data/visium-cytassist)")
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="a small matrix, 2 repeats")
+    parser.add_argument("--cells", type=int, default=100_000, help="cells of the resampled matrix")
+    parser.add_argument("--quick", action="store_true", help="20,000 resampled cells, 2 rounds")
+    parser.add_argument("--json", type=Path, help="write the results here (docs/_data/gene-order.json)")
     args = parser.parse_args()
+    started = now()
     repeat = 2 if args.quick else args.repeat
-    if args.visium:
-        adata, label = sc.read_10x_mtx(args.visium), "Visium CytAssist (2,898 x 19,465, real)"
-    else:
-        n_cells, n_genes = (3000, 1000) if args.quick else (30_000, 5000)
-        adata, label = synthetic_counts(n_cells, n_genes, seed=0), f"synthetic {n_cells:,} x {n_genes:,}"
+    visium = sc.read_10x_mtx(VISIUM)
+    visium.X = sparse.csr_matrix(visium.X, dtype=np.float32)
+    n_cells = 20_000 if args.quick else args.cells
+    resampled = visium[resampled_rows(visium.n_obs, n_cells)].copy()
+    resampled.obs_names = [f"cell-{i}" for i in range(n_cells)]
+    matrices = {
+        "visium": (visium, f"Visium CytAssist ({visium.n_obs:,} x {visium.n_vars:,}, real)"),
+        "resampled": (resampled, f"{n_cells:,} Visium cells drawn with replacement ({resampled.X.nnz:,} nonzeros)"),
+    }
+    doc: dict[str, Any] = {"repeat": repeat, "contenders": list(CONTENDERS), "matrices": {}}
+    for key, (adata, label) in matrices.items():
+        doc["matrices"][key] = measure(adata, label, repeat)
+    write_json(args.json, doc, started=started, quick=args.quick)
+
+
+def measure(adata: ad.AnnData, label: str, repeat: int) -> dict[str, Any]:
+    """Every contender on ``adata``, on 1 core and on 2; and ``normalize_total`` on unsorted and sorted rows."""
+    cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ds"
-        deltacells.write_deltacells(adata, path, progress=False, level=3)
-        cache = Path(tmp) / "cache"
-        variants = {"stored": "stored", "original (default, rows sorted)": "original"}
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for round_ in range(repeat + 1):  # rounds interleave the variants, so that load on the machine hits all alike
-            for name, order in variants.items():
-                t0 = time.perf_counter()
-                deltacells.read_deltacells(
-                    path, gene_order=order, obs_columns=[], obs_names=False, cache_dir=cache, tile_cache_bytes=0
-                ).X.to_memory()
-                if round_:  # the first round warms up
-                    times[name].append(time.perf_counter() - t0)
-        results = {name: min(values) for name, values in times.items()}
-        # Why rows are sorted: scanpy's arithmetic on the same matrix with each row's columns left as mapped
-        # (what reading in the original order gave before rows were sorted) against sorted.
-        dataset = deltacells.open_dataset(path)
-        stored = dataset.read_rows(slice(None))
-        columns = np.empty(dataset.n_genes, dtype=stored.indices.dtype)
-        columns[dataset.gene_order()] = np.arange(dataset.n_genes, dtype=stored.indices.dtype)
-        unsorted = sparse.csr_matrix((stored.data, columns[stored.indices], stored.indptr), shape=stored.shape)
-        unsorted.has_sorted_indices = False
-        canonical = dataset.with_gene_order("original").read_rows(slice(None))
-        downstream = {}
-        for name, matrix in (("rows unsorted", unsorted), ("rows sorted", canonical)):
-            spent = []
-            for _ in range(max(2, repeat // 2)):
-                one = ad.AnnData(X=matrix.copy())
-                t0 = time.perf_counter()
-                sc.pp.normalize_total(one)
-                spent.append(time.perf_counter() - t0)
-            downstream[name] = min(spent)
-    nnz = int(adata.X.nnz)
-    print(f"open + full read into CSR, {label}, {nnz:,} nonzeros, best of {repeat}:")
-    for name, seconds in results.items():
-        print(f"  {name:32s} {seconds * 1000:8.1f} ms   {seconds / results['stored']:5.2f}x stored")
-    print("sc.pp.normalize_total on the original-order matrix:")
-    for name, seconds in downstream.items():
-        print(f"  {name:32s} {seconds * 1000:8.1f} ms")
+        root = Path(tmp)
+        deltacells.write_deltacells(adata, root / "ds", progress=False)
+        adata.write_h5ad(root / "none.h5ad")
+        adata.write_h5ad(root / "gzip.h5ad", compression="gzip")
+        adata.write_zarr(root / "x.zarr")
+        frames = _frames(root / "ds")
+        cache = root / "obs-cache"
+        result: dict[str, Any] = {"label": label, "n_cells": adata.n_obs, "nnz": int(adata.X.nnz), "cores": {}}
+        for cores in (1, 2):
+            if len(cpus) < cores:
+                continue
+            os.sched_setaffinity(0, cpus[:cores])
+            try:
+                result["cores"][str(cores)] = best_of(_contenders(root, frames, cache, threads=cores), repeat)
+            finally:
+                os.sched_setaffinity(0, cpus)
+        result["normalize_total_ms"] = _downstream(root / "ds", repeat)
+    _print(result)
+    return result
+
+
+def _contenders(root: Path, frames: list[bytes], cache: Path, threads: int) -> dict[str, Callable[[], object]]:
+    dctx = zstandard.ZstdDecompressor()
+
+    def zstd_alone() -> None:
+        for frame in frames:
+            dctx.decompress(frame)
+
+    def stored() -> object:
+        return deltacells.open_dataset(root / "ds", tile_cache_bytes=0, threads=threads).read_rows()
+
+    def original_x() -> object:
+        dataset = deltacells.open_dataset(root / "ds", tile_cache_bytes=0, threads=threads)
+        return dataset.with_gene_order("original").read_rows()
+
+    def original() -> object:
+        adata = deltacells.read_deltacells(
+            root / "ds", obs_columns=[], obs_names=False, cache_dir=cache, tile_cache_bytes=0, threads=threads
+        )
+        return adata.X.to_memory()
+
+    return {
+        "zstd alone (floor)": zstd_alone,
+        "deltacells, stored order": stored,
+        "deltacells, original order": original_x,
+        "deltacells, original order (default)": original,
+        "h5ad (uncompressed)": lambda: ad.read_h5ad(root / "none.h5ad").X,
+        "zarr": lambda: ad.read_zarr(root / "x.zarr").X,
+        "h5ad (gzip)": lambda: ad.read_h5ad(root / "gzip.h5ad").X,
+    }
+
+
+def best_of(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Seconds of each contender, best of ``repeat`` rounds after one to warm up; rounds interleave them."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for round_ in range(repeat + 1):
+        for name, run in contenders.items():
+            began = time.perf_counter()
+            result = run()
+            spent = time.perf_counter() - began
+            del result
+            if round_:
+                times[name].append(spent)
+    return {name: min(values) for name, values in times.items()}
+
+
+def _frames(path: Path) -> list[bytes]:
+    """Every gaps and vals frame of the dataset's tiles (what zstd alone decompresses)."""
+    frames = []
+    for i in range(deltacells.open_dataset(path).n_tiles):
+        blob = (path / tile_path(i)).read_bytes()
+        for row in read_chunk_table(blob, TileHeader.unpack(blob)):
+            for off, length in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN)):
+                frames.append(blob[int(row[off]) : int(row[off]) + int(row[length])])
+    return frames
+
+
+def _downstream(path: Path, repeat: int) -> dict[str, float]:
+    """``sc.pp.normalize_total`` on the original-order matrix, its rows left as mapped against sorted (ms)."""
+    dataset = deltacells.open_dataset(path)
+    stored = dataset.read_rows(slice(None))
+    columns = np.empty(dataset.n_genes, dtype=stored.indices.dtype)
+    columns[dataset.gene_order()] = np.arange(dataset.n_genes, dtype=stored.indices.dtype)
+    unsorted = sparse.csr_matrix((stored.data, columns[stored.indices], stored.indptr), shape=stored.shape)
+    unsorted.has_sorted_indices = False
+    canonical = dataset.with_gene_order("original").read_rows(slice(None))
+    spent: dict[str, float] = {}
+    for name, matrix in (("rows unsorted", unsorted), ("rows sorted", canonical)):
+        times = []
+        for _ in range(max(2, repeat // 2)):
+            one = ad.AnnData(X=matrix.copy())
+            began = time.perf_counter()
+            sc.pp.normalize_total(one)
+            times.append(time.perf_counter() - began)
+        spent[name] = min(times) * 1000
+    return spent
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"full read into CSR, {result['label']}, page cache, best of the rounds:")
+    for cores, times in result["cores"].items():
+        stored = times["deltacells, stored order"]
+        print(f"  {cores} core(s)")
+        for name, seconds in times.items():
+            print(f"    {name:40s} {seconds * 1000:8.1f} ms   {seconds / stored:5.2f}x stored")
+    if {"1", "2"} <= set(result["cores"]):
+        one, two = result["cores"]["1"], result["cores"]["2"]
+        default = "deltacells, original order (default)"
+        print(f"  2 cores against 1, default read: {one[default] / two[default]:.2f}x")
+    print("sc.pp.normalize_total on the original-order matrix (ms):", result["normalize_total_ms"])
 
 
 if __name__ == "__main__":

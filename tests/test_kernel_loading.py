@@ -135,3 +135,29 @@ _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0
 """
     run(code, written)
+
+
+@pytest.mark.parametrize("compiling", [True, False])
+def test_a_process_finishes_compiling_before_it_exits_but_not_loading(tmp_path, compiling: bool) -> None:
+    """A cold cache is filled by the first process however short it is; a warm one does not delay an exit."""
+    import time
+
+    marker = tmp_path / "finished"
+    code = f"""
+import time
+from deltacells import _kernel_loading
+
+def slow_load():
+    _kernel_loading._compiling = {compiling}
+    _kernel_loading._assessed.set()
+    time.sleep(2)
+    open({str(marker)!r}, "w").close()
+
+_kernel_loading._load = slow_load
+_kernel_loading.prepare_kernels()
+"""
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    spent = time.monotonic() - began
+    assert marker.exists() == compiling
+    assert (spent >= 2) == compiling

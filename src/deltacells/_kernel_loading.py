@@ -17,12 +17,18 @@ once; a read of :data:`WAIT_MIN_NNZ` nonzeros or more waits for the loading inst
 that takes seconds, and the read runs numpy's versions meanwhile. Kernels without a numpy version, and the
 error reports of the numpy versions, wait for the loading too (:func:`load_compiled_kernels`).
 
+A process that compiles kernels (the cold cache of a fresh install) finishes compiling them before it exits,
+so that they are in the cache for the next process: a short script or CLI call would otherwise leave it
+half-filled, and every later process would compile again. A process that only loads them from the cache does
+not wait.
+
 A process must not fork while the loading thread runs (the child would inherit numba's locks, held by a
 thread it does not have): a fork waits for it to finish, and the child then has the kernels loaded, free.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import threading
@@ -136,6 +142,12 @@ def _load() -> None:
         _loaded.set()
 
 
+def _finish_compiling_at_exit() -> None:
+    thread = _thread
+    if thread is not None and _compiling and thread.is_alive():
+        thread.join()
+
+
 def _wait_before_fork() -> None:
     thread = _thread
     if thread is not None and thread is not threading.current_thread():
@@ -149,3 +161,4 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(before=_wait_before_fork, after_in_child=_after_fork_in_child)
+atexit.register(_finish_compiling_at_exit)
