@@ -4,6 +4,7 @@ from deltacells.codec._decode import DecodedTile, decode_tile
 from deltacells.codec._encode import ExceptionPolicyError, chunk_boundaries, encode_tile
 from deltacells.codec._engine import read_only, sort_rows
 from deltacells.codec._partial import PrefixTooShortError, TilePrefix, decode_chunks, parse_prefix, prefix_size
+from deltacells.codec._vectorised import row_column_order
 
 __all__ = [
     "DecodedTile",
@@ -17,5 +18,6 @@ __all__ = [
     "parse_prefix",
     "prefix_size",
     "read_only",
+    "row_column_order",
     "sort_rows",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from deltacells.codec import row_column_order
+
 __all__ = [
     "drop_dropped_columns",
     "gather_rows",
@@ -124,5 +126,5 @@ def _sorted_by_row(
     owner: np.ndarray, indices: np.ndarray, data: np.ndarray, n_columns: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's nonzeros (rows consecutive, ``owner`` naming each one's) in increasing column order."""
-    order = np.argsort(owner * n_columns + indices, kind="stable")
+    order = row_column_order(owner, indices, n_columns)
     return indices[order], data[order]
