@@ -11,7 +11,7 @@ imports the kernel modules and calls each module's ``warm_up()``, which runs the
 loading (or compiling) the signatures reads use. The kernel calls ask :func:`compiled_kernels` first: until
 the loading is done it answers ``False``, and the caller runs the kernel's numpy version
 (``deltacells.codec._vectorised``, ``deltacells.tiles._gather_vectorised``: same arguments, same results,
-nothing to load, but 4 to 8 times the compiled kernels' time a nonzero). So a read of a few cells is served at
+nothing to load, but 4 to 5 times the compiled kernels' time a nonzero). So a read of a few cells is served at
 once; a read of :data:`WAIT_MIN_NNZ` nonzeros or more waits for the loading instead (through
 :func:`prepare_kernels`), which costs it less, unless the loading has to compile kernels (a cold cache):
 that takes seconds, and the read runs numpy's versions meanwhile. Kernels without a numpy version, and the
@@ -51,10 +51,10 @@ KERNEL_MODULES = ("deltacells.codec._kernels", "deltacells.tiles._gather")
 WARM_UP_MODULES = ("deltacells.codec._warm_up", "deltacells.tiles._warm_up")
 
 #: Nonzeros from which a read waits for the compiled kernels rather than run their numpy versions. Measured
-#: on 100,000 resampled Visium cells (2-core machine, one thread): the numpy versions cost 14 ns a nonzero
-#: more than the compiled kernels (3.7 ns) in stored gene order and 50 ns more (6.8 ns) in the original
-#: order, rows sorted; loading the kernels takes about 0.3 s from numba's cache. A million nonzeros (about
-#: 2,700 such cells) run in numpy's versions in at most 0.06 s, well within what the loading costs.
+#: on 100,000 resampled Visium cells (2-core machine, one thread, chunk by chunk): the numpy versions take
+#: 13.6 ns a nonzero in stored gene order (the compiled kernels 3.6) and 32.8 ns in the original order, rows
+#: sorted (7.0); loading the kernels takes about 0.3 s from numba's cache. A million nonzeros (about 2,700
+#: such cells) run in numpy's versions in at most 0.03 s, well within what the loading costs.
 WAIT_MIN_NNZ = 1_000_000
 
 _loaded = threading.Event()
