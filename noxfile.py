@@ -92,28 +92,84 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
+#: The real data of the benchmarks (beside the repository; ``$DELTACELLS_VISIUM`` elsewhere).
+VISIUM = os.environ.get("DELTACELLS_VISIUM", "../shared/data/visium-cytassist")
+
+#: The atlas sizes of ``bench_scale``'s full run (3.5 GB of disk), and the one also written as h5ad.
+SCALE_SIZES = ["--sizes", "2M,20M,100M", "--h5ad-sizes", "2M"]
+
+#: What ``nox -s bench`` runs: each benchmark, the JSON of ``docs/_data`` its full run rewrites (None: it writes
+#: none; the documentation quotes nothing of it) and the options of that full run, with how long it takes on the
+#: 2-core machine of ``docs/performance.md``. A script listed twice runs once with ``--quick``.
+BENCHMARKS: list[tuple[str, str | None, list[str]]] = [
+    ("bench_decode", "decode-visium.json", ["--visium", VISIUM, "--repeat", "9"]),  # 2 minutes
+    ("bench_decode", "decode-30k.json", ["--visium", VISIUM, "--resample", "30000", "--repeat", "9"]),  # 4 minutes
+    ("bench_import", "import.json", []),  # 1 minute
+    ("bench_gene_order", "gene-order.json", []),  # 5 minutes
+    ("bench_row_sort", "row-sort.json", []),
+    ("bench_levels", "levels.json", ["--knob-levels", "6", "--sample-tiles", "4"]),  # 6 minutes
+    ("bench_convert", "convert.json", []),  # 3 minutes
+    ("bench_anndata", "anndata.json", []),  # 15 minutes
+    ("bench_object_storage", "object-storage.json", []),  # 5 minutes
+    ("bench_tile_cache", "tile-cache.json", []),  # 2 minutes
+    ("bench_scale", "scale.json", [*SCALE_SIZES, "--fractions", "0.0001", "0.001", "--repeat", "1"]),  # 2 hours
+    ("bench_atlas_idioms", "atlas-idioms.json", ["--cells", "10M"]),  # 20 minutes
+    ("bench_extras", "extras.json", ["--atlas-cells", "2M"]),  # 5 minutes
+    ("bench_collection", "collection.json", []),  # 15 minutes
+    ("bench_collection_open", "collection-open.json", ["--datasets", "1000", "--latency", "0.03"]),  # 3 minutes
+    ("bench_append", None, []),
+    ("bench_dask", "dask.json", []),  # 5 minutes
+]
+#: The benchmarks with sessions of their own (their peers' environments), which ``nox -s bench`` runs after its own,
+#: with the options after ``--`` that rewrite their JSON and plots (about 13 and 15 minutes).
+PEER_BENCHMARKS = {
+    **{f"bench_cold_start-{version}": [] for version in PYTHONS},  # 8 minutes each
+    "bench_peers": ["--json", "docs/_data/peers.json", "--plots", "docs/_static/peers"],
+    "bench_loader": ["--rounds", "3", "--json", "docs/_data/loader.json", "--plots", "docs/_static/loader"],
+}
+
+
+def rewrite_readme(session: nox.Session) -> None:
+    """Rewrite the figures of README.md from docs/_data (``docs/_ext/readme_figures.py``)."""
+    session.run("python", "docs/_ext/readme_figures.py", "--write")
+
+
 @nox.session(python=PYTHONS[0], default=False)
 def bench(session: nox.Session) -> None:
-    """Run the benchmark scripts (timings are printed, never asserted); ``-- --quick`` for a small run."""
+    """Run the benchmarks and rewrite the figures the documentation quotes (docs/_data, then README.md).
+
+    ``nox -s bench`` runs every benchmark of ``BENCHMARKS`` with its full options (about four hours on the
+    2-core machine, two of them ``bench_scale``), each writing its JSON into docs/_data, then the sessions
+    ``bench_cold_start`` (on each Python), ``bench_peers`` and ``bench_loader`` likewise; README.md's figures are
+    rewritten from the new JSON.
+    ``-- bench_scale bench_dask`` runs only those. ``-- --quick`` runs each once, small, for its code alone:
+    the JSON goes to this session's temporary folder (a quick run never writes into docs/_data) and README.md is
+    only checked.
+    """
     session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))  # moto and s3fs for object storage
-    quick = ["--quick"] if "--quick" in session.posargs else []
-    others = [arg for arg in session.posargs if arg != "--quick"]
-    session.run("python", "benchmarks/bench_decode.py", *(quick or others))
-    for script in (
-        "bench_import",
-        "bench_gene_order",
-        "bench_row_sort",
-        "bench_object_storage",
-        "bench_tile_cache",
-        "bench_scale",
-        "bench_atlas_idioms",
-        "bench_extras",
-        "bench_collection",
-        "bench_collection_open",
-        "bench_append",
-        "bench_dask",
-    ):
-        session.run("python", f"benchmarks/{script}.py", *quick)
+    quick = "--quick" in session.posargs
+    chosen = [arg.removesuffix(".py") for arg in session.posargs if arg != "--quick"]
+    known = {script for script, _, _ in BENCHMARKS} | set(PEER_BENCHMARKS)
+    if set(chosen) - known:
+        session.error(f"unknown benchmarks {sorted(set(chosen) - known)}: choose among {sorted(known)}")
+    out = Path(session.create_tmp())
+    done: set[str] = set()
+    for script, data, full in BENCHMARKS:
+        if (chosen and script not in chosen) or (quick and script in done):
+            continue
+        done.add(script)
+        if quick:
+            args = ["--quick", *(["--json", str(out / data)] if data else [])]
+        else:
+            args = [*full, *(["--json", f"docs/_data/{data}"] if data else [])]
+        session.run("python", f"benchmarks/{script}.py", *args)
+    for name, args in PEER_BENCHMARKS.items():
+        if not chosen or name in chosen:
+            session.notify(name, ["--quick", "--json", str(out / f"{name}.json")] if quick else args)
+    if quick:
+        session.run("python", "docs/_ext/readme_figures.py", "--check")
+    else:
+        rewrite_readme(session)
 
 
 @nox.session(python=PYTHONS[0], default=False)
@@ -155,6 +211,24 @@ def fuzz(session: nox.Session) -> None:
     session.run("python", "fuzz/fuzz_decode.py", "--engine", "atheris", *args)
 
 
+#: Where ``nox -s bench_cold_start`` writes each Python's results.
+COLD_START_JSON = {"3.11": "docs/_data/cold-start-3.11.json", "3.13": "docs/_data/cold-start-3.13.json"}
+
+
+@nox.session(python=PYTHONS, default=False)
+def bench_cold_start(session: nox.Session) -> None:
+    """A fresh process's first reads, numba's cache warm and cold (``benchmarks/bench_cold_start.py``).
+
+    On each supported Python (numba keeps a cache per version), into ``docs/_data/cold-start-<version>.json``;
+    ``-- --quick`` for a small run that writes no JSON there.
+    """
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))
+    if "--quick" in session.posargs:
+        session.run("python", "benchmarks/bench_cold_start.py", "--quick")
+    else:
+        session.run("python", "benchmarks/bench_cold_start.py", "--json", COLD_START_JSON[str(session.python)])
+
+
 @nox.session(python=PYTHONS[-1], default=False)
 def bench_peers(session: nox.Session) -> None:
     """Benchmark deltacells against its peers (h5ad, zarr, TileDB-SOMA, zstd alone); ``-- --quick`` for CI.
@@ -166,6 +240,8 @@ def bench_peers(session: nox.Session) -> None:
     """
     session.install("-e.", "-r", "benchmarks/peers-requirements.txt")
     session.run("python", "benchmarks/bench_peers.py", *session.posargs)
+    if "--quick" not in session.posargs and "docs/_data/peers.json" in session.posargs:
+        rewrite_readme(session)
 
 
 #: pip, not uv, for bench_loader: pip follows this machine's pip configuration, whose local index has torch's CPU
@@ -192,3 +268,5 @@ def bench_loader(session: nox.Session) -> None:
         uv, "pip", "install", "--quiet", "--python", other_python, "-e.", "-r", requirements, external=True
     )
     session.run("python", "benchmarks/bench_loader.py", "--python", other_python, *session.posargs)
+    if "--quick" not in session.posargs and "docs/_data/loader.json" in session.posargs:
+        rewrite_readme(session)

@@ -19,7 +19,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -35,6 +34,7 @@ from scipy import sparse
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _record import now, write_json  # noqa: E402
 from _visium import VISIUM, resampled_rows  # noqa: E402
 
 
@@ -61,6 +61,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20,000 cells and 5 appends of 2,000 (CI)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    started = now()
     if args.quick:
         args.base, args.batch, args.appends = 20_000, 2_000, 5
 
@@ -124,8 +125,7 @@ def main() -> None:
         "grown_bytes": size,
     }
     print(f"append median {summary['append_median_s']:.2f} s (first {appends[0]:.2f}, last {appends[-1]:.2f})")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1))
+    write_json(args.json, summary, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ and two ways of starting:
 
 Each run reports (seconds, ``time.perf_counter``): ``import deltacells``, ``import anndata`` (the second way
 only), ``open`` (``read_deltacells``), ``first cell`` and ``second cell`` (``adata.X[k]``, random cells),
-then three full reads (``adata.X.to_memory()``, genes in their original order, rows sorted). The medians of
-``--runs`` runs are recorded, for this interpreter and for each ``--python`` given (numba keeps a cache per
-Python version). Usage::
+then three full reads (``adata.X.to_memory()``, genes in their original order, rows sorted); and, apart, the
+loading of the kernels alone (what the background thread does). The medians of ``--runs`` runs are recorded,
+for this interpreter and for each ``--python`` given (an interpreter with deltacells installed; numba keeps a
+cache per Python version). ``nox -s bench_cold_start`` runs it on each supported Python. Usage::
 
-    python benchmarks/bench_cold_start.py --python /path/to/python3.13 --json docs/_data/cold-start.json
+    python benchmarks/bench_cold_start.py --json docs/_data/cold-start-3.11.json
     python benchmarks/bench_cold_start.py --quick     # CI: 20,000 cells, one run, this interpreter
 """
 
@@ -65,6 +66,16 @@ for k in range(3):
 print(json.dumps(timings))
 """
 
+#: The loading of the kernels alone, in a fresh interpreter (numba imported, its compiler prepared, the kernels
+#: loaded from its cache or compiled): what the background thread does.
+LOADING = r"""
+import time, json
+began = time.perf_counter()
+from deltacells._kernel_loading import load_compiled_kernels
+load_compiled_kernels()
+print(json.dumps({"kernels loaded": time.perf_counter() - began}))
+"""
+
 WAYS = ("script", "anndata first")
 CACHES = ("warm", "cold")
 
@@ -101,6 +112,9 @@ def main() -> None:
                     cases[f"{cache}, {way}"] = {
                         name: statistics.median(s[name] for s in samples) for name in samples[0]
                     } | {"runs": runs}
+            runs = 1 if args.quick else args.runs
+            loading = [_child(python, dataset, "", warm_cache, code=LOADING)["kernels loaded"] for _ in range(runs)]
+            cases["warm, kernels alone"] = {"kernels loaded": statistics.median(loading), "runs": runs}
             doc["interpreters"][version] = cases
             _print(version, cases)
     write_json(args.json, doc, started=started, quick=args.quick)
@@ -127,10 +141,10 @@ def _version(python: str) -> str:
     return out.stdout.decode().strip()
 
 
-def _child(python: str, dataset: Path, way: str, numba_cache: Path) -> dict[str, float]:
+def _child(python: str, dataset: Path, way: str, numba_cache: Path, code: str = CHILD) -> dict[str, float]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(numba_cache), "DELTACELLS_CACHE": str(dataset.parent / "obs")}
     done = subprocess.run(
-        [python, "-c", CHILD, str(dataset), way], env=env, capture_output=True, text=True, timeout=900, check=False
+        [python, "-c", code, str(dataset), way], env=env, capture_output=True, text=True, timeout=900, check=False
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
@@ -145,6 +159,8 @@ def _print(version: str, cases: dict[str, Any]) -> None:
         cells = "".join(f"{values[n]:18.3f}" if n in values else f"{'':>18s}" for n in names)
         print(f"  {case:28s}{cells}")
     for case, values in cases.items():
+        if "full read 1" not in values:
+            continue
         steady = min(values["full read 2"], values["full read 3"])
         first = values["full read 1"] / steady
         print(f"  {case}: first cell {values['first cell'] * 1000:.0f} ms, first full read {first:.2f}x the steady one")

@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from scipy import sparse
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _record import now, write_json  # noqa: E402
 from _visium import VISIUM, resampled_rows  # noqa: E402
 
 
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 datasets of 3,000 cells (CI)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    started = now()
     if not (args.visium / "matrix.mtx.gz").exists():
         print(f"no Visium data at {args.visium}: skipped")
         return 0
@@ -186,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         result["build_s"] = build_s
         result.update(measure(studies, workdir))
     print_table(result)
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.json, result, started=started, quick=args.quick)
     return 0
 
 

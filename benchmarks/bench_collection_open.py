@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -34,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the test suite's servers (tests/servers)
 
+from _record import now, write_json  # noqa: E402
 from bench_object_storage import start_servers  # noqa: E402
 
 import deltacells  # noqa: E402
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="40 datasets (CI)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    started = now()
     n = 40 if args.quick else args.datasets
     import s3fs
     from tests.servers.s3 import S3Server
@@ -109,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         conn.send(("stop", 0))
         servers.join(timeout=10)
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.json, result, started=started, quick=args.quick)
     return 0
 
 

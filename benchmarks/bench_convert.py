@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _record import now, write_json
 from _visium import VISIUM, resampled_rows
 from scipy import sparse
 
@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; times are the best round")
     parser.add_argument("--levels", default="", help="other zstd levels to time too, e.g. '1,6,9'")
     args = parser.parse_args(argv)
+    started = now()
     if args.quick:
         args.cells, args.repeat = 3000, 1
     warnings.filterwarnings("ignore", module="anndata")
@@ -260,14 +261,13 @@ def main(argv: list[str] | None = None) -> None:
             results.append(bench(name, adata, args.repeat, Path(tmp), levels))
             print_result(results[-1])
             print(f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
-    if args.json:
-        doc = {
-            "benchmark": "bench_convert",
-            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-            "repeat": args.repeat,
-            "results": results,
-        }
-        args.json.write_text(json.dumps(doc, indent=1))
+    doc = {
+        "benchmark": "bench_convert",
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "repeat": args.repeat,
+        "results": results,
+    }
+    write_json(args.json, doc, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

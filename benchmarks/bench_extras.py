@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _scale_data as sd  # noqa: E402
+from _record import now, write_json  # noqa: E402
 from _visium import VISIUM  # noqa: E402
 
 MiB = 2**20
@@ -151,6 +152,9 @@ def atlas_child(path: str, cache_dir: str) -> dict[str, Any]:
     from deltacells.format import tile_path
 
     deltacells.decode_tile(Path(path, tile_path(0)).read_bytes())
+    from deltacells._kernel_loading import load_compiled_kernels
+
+    load_compiled_kernels()  # a small decode runs numpy's versions: numba's kernels wait for nothing after
     import gc
 
     gc.collect()
@@ -187,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    started = now()
     if args.child:
         print(json.dumps(atlas_child(*json.loads(args.child))))
         return 0
@@ -214,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report["atlas"], indent=1))
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.json, report, started=started, quick=args.quick)
     return 0
 
 

@@ -3,7 +3,7 @@
 Each command runs in a fresh process, ``--repeat`` times after one warm-up (warm page cache); the minimum
 wall time is reported, with the ratio to ``python -c "import anndata"`` measured in the same run. Usage::
 
-    python benchmarks/bench_import.py            # 7 runs of each
+    python benchmarks/bench_import.py --json docs/_data/import.json   # 7 runs of each
     python benchmarks/bench_import.py --quick    # 2 runs of each
 """
 
@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _record import now, write_json
 
 
 def best_of(command: list[str], repeat: int) -> float:
@@ -32,7 +34,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="2 runs of each")
+    parser.add_argument("--json", type=Path, help="write the figures here (docs/_data/import.json)")
     args = parser.parse_args()
+    started = now()
     repeat = 2 if args.quick else args.repeat
 
     work = Path(tempfile.mkdtemp(prefix="deltacells-bench-import-"))
@@ -57,6 +61,8 @@ def main() -> None:
     print(f"start-up, best of {repeat} fresh processes (Python {sys.version.split()[0]})")
     for name, seconds in times.items():
         print(f"  {name:32s} {seconds * 1000:7.0f} ms   {seconds / anndata_time:5.2f}x import anndata")
+    doc = {"repeat": repeat, "seconds": times}
+    write_json(args.json, doc, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

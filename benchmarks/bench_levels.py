@@ -18,15 +18,24 @@ given as a fraction of anndata's gzip h5ad of the same matrix (``adata.write_h5a
 whole file). With ``--sample-tiles`` only that many tiles of a matrix are encoded; its bytes per nonzero are
 then those of the sample, and its size is extrapolated to all its nonzeros.
 
+Sizes only (exact; no timing), at the default level:
+
+* ``chunks``: the tiles of each matrix encoded with 1, 8 (the default) and 16 chunks, what chunks cost in size;
+* ``layouts`` (the Visium matrix): its nonzeros laid out step by step towards what the tiles' streams hold,
+  each layout compressed as one stream per array (``FORMAT``'s "Why this layout"): CSR with int32 indices and
+  counts, then zstd, delta-coded gaps and byte planes in the original gene order, genes reordered with
+  uint16 indices, reordered gaps, reordered gaps in byte planes (at level 19 and at the default level); and
+  the gaps themselves (median, share below 256) in the original and the reordered gene order.
+
 Usage::
 
     python benchmarks/bench_levels.py [--quick] [--json PATH] [--cells 30000] [--repeat 3]
+    python benchmarks/bench_levels.py --knob-levels 6 --sample-tiles 4 --json docs/_data/levels.json   # the docs'
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -39,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import zstandard
+from _record import now, write_json
 from _visium import VISIUM, resampled_rows
 from scipy import sparse
 
@@ -97,8 +107,8 @@ def resample(counts: sparse.csr_matrix, n_cells: int, seed: int = 0) -> sparse.c
     return counts[rows]
 
 
-def writer_tiles(counts: sparse.csr_matrix, tile_size: int = TILE_SIZE) -> list[tuple[np.ndarray, ...]]:
-    """The tiles' CSR arrays as ``write_deltacells`` encodes them: genes by decreasing totals (stable), int32."""
+def reordered(counts: sparse.csr_matrix) -> sparse.csr_matrix:
+    """``counts`` as int32 with its genes by decreasing totals (stable), as ``write_deltacells`` stores them."""
     totals = np.bincount(counts.indices, weights=counts.data, minlength=counts.shape[1])
     order = np.argsort(-totals, kind="stable")
     columns = np.empty_like(order)
@@ -109,6 +119,12 @@ def writer_tiles(counts: sparse.csr_matrix, tile_size: int = TILE_SIZE) -> list[
     )
     csr.has_sorted_indices = False
     csr.sort_indices()
+    return csr
+
+
+def writer_tiles(counts: sparse.csr_matrix, tile_size: int = TILE_SIZE) -> list[tuple[np.ndarray, ...]]:
+    """The tiles' CSR arrays as ``write_deltacells`` encodes them: genes by decreasing totals (stable), int32."""
+    csr = reordered(counts)
     tiles = []
     for lo in range(0, csr.shape[0], tile_size):
         block = csr[lo : lo + tile_size]
@@ -254,6 +270,87 @@ def run(matrices: list[Matrix], all_settings: list[Setting], repeat: int) -> lis
     return rows
 
 
+def chunk_sizes(matrices: list[Matrix], chunks: tuple[int, ...] = (1, 8, 16)) -> list[dict[str, object]]:
+    """The tiles of each matrix at the default level with each number of chunks: bytes, and against one chunk."""
+    from deltacells.codec._encode import DEFAULT_LEVEL, encode_tile
+
+    out: list[dict[str, object]] = []
+    for matrix in matrices:
+        sizes = {
+            k: sum(len(encode_tile(*tile, matrix.counts.shape[1], n_chunks=k, level=DEFAULT_LEVEL, threads=1))
+                   for tile in matrix.tiles)
+            for k in chunks
+        }  # fmt: skip
+        out += [
+            {
+                "matrix": matrix.name,
+                "level": DEFAULT_LEVEL,
+                "n_chunks": k,
+                "tile_bytes": size,
+                "bytes_per_nnz": size / matrix.tile_nnz,
+                "vs_one_chunk": size / sizes[min(chunks)],
+            }
+            for k, size in sizes.items()
+        ]
+    return out
+
+
+def _gaps(csr: sparse.csr_matrix) -> np.ndarray:
+    """Each cell's first gene index, then the differences: the gaps the tiles store."""
+    indices = csr.indices.astype(np.int64)
+    gaps = indices.copy()
+    gaps[1:] -= indices[:-1]
+    starts = csr.indptr[:-1][csr.indptr[:-1] < csr.indptr[1:]]
+    gaps[starts] = indices[starts]
+    return gaps
+
+
+def _u16(values: np.ndarray) -> bytes:
+    return np.minimum(values, 65535).astype("<u2").tobytes()
+
+
+def _planes(values: np.ndarray) -> bytes:
+    """uint16 values as byte planes, all low bytes then all high bytes (as the tiles' streams)."""
+    return np.minimum(values, 65535).astype("<u2").view(np.uint8).reshape(-1, 2).T.tobytes()
+
+
+def layouts(counts: sparse.csr_matrix, archive: int = 19) -> dict[str, object]:
+    """Bytes per nonzero of one matrix's nonzeros laid out step by step, each array compressed as one frame."""
+    from deltacells.codec._encode import DEFAULT_LEVEL
+    from deltacells.codec._frames import compress_frame
+
+    original = sparse.csr_matrix(counts, dtype=np.int32)
+    original.sort_indices()
+    stored = reordered(counts)
+    nnz = original.nnz
+    values = stored.data.astype(np.int64)
+
+    def size(level: int, *arrays: bytes) -> float:
+        return sum(len(compress_frame(a, level)) for a in arrays) / nnz
+
+    gaps_original, gaps_stored = _gaps(original), _gaps(stored)
+    int32 = (original.indices.astype("<i4").tobytes(), original.data.astype("<i4").tobytes())
+    steps = {
+        "csr int32": sum(len(a) for a in int32) / nnz,
+        "csr int32, zstd": size(archive, *int32),
+        "gaps + planes, original order, zstd": size(archive, _planes(gaps_original), _planes(original.data)),
+        "reordered, uint16, zstd": size(archive, _u16(stored.indices), _u16(values)),
+        "reordered + gaps, zstd": size(archive, _u16(gaps_stored), _u16(values)),
+        "reordered + gaps + planes, zstd": size(archive, _planes(gaps_stored), _planes(values)),
+        "reordered + gaps + planes, default level": size(DEFAULT_LEVEL, _planes(gaps_stored), _planes(values)),
+    }
+    return {
+        "level": archive,
+        "default_level": DEFAULT_LEVEL,
+        "nnz": nnz,
+        "bytes_per_nnz": steps,
+        "median_gap_original": float(np.median(gaps_original)),
+        "median_gap_reordered": float(np.median(gaps_stored)),
+        "gaps_below_256_original": float(np.mean(gaps_original < 256)),
+        "gaps_below_256_reordered": float(np.mean(gaps_stored < 256)),
+    }
+
+
 def print_table(rows: list[Row], matrices: list[Matrix]) -> None:
     for matrix in matrices:
         sample = "" if matrix.tile_nnz == matrix.nnz else f", sample of {len(matrix.tiles)} tiles"
@@ -281,6 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--knob-levels", default="3,19", help="levels whose parameters get the other knobs")
     parser.add_argument("--sample-tiles", type=int, default=0, help="encode only this many tiles of each matrix")
     args = parser.parse_args(argv)
+    started = now()
     if args.quick:
         args.cells, args.repeat, args.levels, args.knob_levels = 3000, 1, "1,3,19", ""
 
@@ -312,6 +410,19 @@ def main(argv: list[str] | None = None) -> None:
     all_settings = settings(parse(args.levels), parse(args.knob_levels), stream_size)
     rows = run(matrices, all_settings, args.repeat)
     print_table(rows, matrices)
+    chunks = chunk_sizes(matrices)
+    steps = layouts(matrices[0].counts)
+    print("\nchunks per tile, default level: " + "; ".join(
+        f"{c['matrix']} {c['n_chunks']}: {c['bytes_per_nnz']:.3f} B/nnz ({c['vs_one_chunk']:.3f} x one chunk)"
+        for c in chunks
+    ))  # fmt: skip
+    print(f"\nlayouts of {matrices[0].name} (bytes per nonzero, one frame per array):")
+    for name, per_nnz in steps["bytes_per_nnz"].items():
+        print(f"  {name:44s} {per_nnz:6.3f}")
+    print(
+        f"  median gap {steps['median_gap_original']:g} -> {steps['median_gap_reordered']:g} with genes reordered; "
+        f"below 256: {steps['gaps_below_256_original']:.1%} -> {steps['gaps_below_256_reordered']:.1%}"
+    )
     if args.json:
         doc = {
             "benchmark": "bench_levels",
@@ -330,8 +441,10 @@ def main(argv: list[str] | None = None) -> None:
                 for m in matrices
             ],
             "rows": [asdict(r) for r in rows],
+            "chunks": chunks,
+            "layouts": {"matrix": matrices[0].name, **steps},
         }
-        args.json.write_text(json.dumps(doc, indent=1))
+        write_json(args.json, doc, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _record import output_path
 from _steal import cpu_ticks, steal_share
 from _visium import VISIUM, resampled_rows
 
@@ -733,6 +734,7 @@ def time_runs(
                 f"{'' if result['epoch_complete'] else ', a part of the epoch'}; first batch after "
                 f"{result['first_batch_s']:.2f} s), load {os.getloadavg()[0]:.1f}{_stolen(result.get('steal'))}"
             )
+            entry.setdefault("rounds_cells_per_s", []).append(result["cells_per_s"])  # the best is kept below
             if result["short_batches"]:
                 entry.setdefault("errors", []).append(f"short batches at {result['short_batches'][:5]}")
             if result["epoch_complete"] and result["nnz"] != base["nnz"]:
@@ -904,11 +906,13 @@ def main(argv: list[str] | None = None) -> int:
     report["duration_s"] = time.perf_counter() - began
     log("\n" + summary(report))
     if args.json:
+        args.json = output_path(args.json, quick=args.quick)  # a --quick run never replaces docs/_data's
         args.json.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(report, indent=1, default=str).replace(f"{workdir}{os.sep}", "")
         args.json.write_text(text + "\n")
         log(f"wrote {args.json}")
     if args.plots:
+        args.plots = output_path(args.plots, quick=args.quick)
         if importlib.util.find_spec("matplotlib") is None:
             log("no plots: matplotlib is not installed")
         else:

@@ -11,17 +11,21 @@ round trip) and counts requests, bytes and requests in flight. Measured, for eac
 * random subsets of 0.1%, 1% and 10% of the cells (``Dataset.read_rows`` of sorted random cells): cells per
   second of the dataset's size, requests, bytes moved and their share of the dataset's tile bytes.
 
+With ``--compare-chunks 16`` (the default) the same cells are also written with 16 chunks per tile, and the
+smallest subset is read from it through the proxy with latency: ranged reads are as fine as the chunks, for
+some more bytes on disk.
+
 Needs the test dependencies (``pip install -e . --group test``: moto[server], s3fs, aiohttp). Usage::
 
     python benchmarks/bench_object_storage.py                 # 100,000 x 2,000, 30 ms added per request
+    python benchmarks/bench_object_storage.py --json docs/_data/object-storage.json   # the documentation's
     python benchmarks/bench_object_storage.py --cells 2000000 --latency 0.03 --json out.json
-    python benchmarks/bench_object_storage.py --quick         # small, for CI
+    python benchmarks/bench_object_storage.py --quick         # small, for CI (never writes into docs/_data)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -34,6 +38,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's servers (tests/servers)
+
+from _record import now, write_json
 
 import deltacells
 from deltacells.dataset import open_dataset
@@ -157,9 +163,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.03, help="seconds added to each request")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.001, 0.01, 0.1])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measure (the best is kept)")
+    parser.add_argument(
+        "--compare-chunks", type=int, default=16, help="also read the smallest subset with this many chunks (0: no)"
+    )
     parser.add_argument("--quick", action="store_true", help="10,000 cells, 1 run")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    started = now()
     if args.quick:
         args.cells, args.repeat = 10_000, 1
     from tests.servers.s3 import S3Server
@@ -202,6 +212,19 @@ def main() -> None:
         )
         manifest = open_dataset(local).manifest
         tile_bytes = int(manifest.tile_bytes.sum())
+        compare_url = None
+        if args.compare_chunks and args.compare_chunks != args.n_chunks:
+            compare_url = f"s3://{bucket}/ds-{args.compare_chunks}-chunks"
+            deltacells.write_deltacells(
+                adata,
+                compare_url,
+                tile_size=args.tile_size,
+                n_chunks=args.compare_chunks,
+                level=3,
+                obs_columns=[],
+                progress=False,
+                storage_options=server.storage_options(),
+            )
         places: dict[str, tuple[str, int | None]] = {
             "local disk": (local, None),
             "S3 server": (url, 0),
@@ -237,6 +260,27 @@ def main() -> None:
                         entry.update(stats, share_of_tile_bytes=round(stats["bytes"] / tile_bytes, 4))
                     row[name] = entry
                 results[place] = row
+            if compare_url is not None:  # the smallest subset, through the proxy with latency
+                fraction = min(subsets)
+                options = server.storage_options(proxy_urls[1])
+                best, stats = float("inf"), None
+                for _ in range(args.repeat):
+                    command("reset", 1)
+                    seconds = _subset(compare_url, options, subsets[fraction])
+                    if seconds < best:
+                        best, stats = seconds, command("stats", 1)
+                other_bytes = int(open_dataset(compare_url, storage_options=options).manifest.tile_bytes.sum())
+                compared = {
+                    "n_chunks": args.compare_chunks,
+                    "tile_bytes": other_bytes,
+                    "tile_bytes_vs_default": round(other_bytes / tile_bytes, 4),
+                    "measure": f"{fraction:.1%} random",
+                    "place": list(places)[2],
+                    "seconds": round(best, 4),
+                    **(stats or {}),
+                }
+                if stats:
+                    compared["share_of_tile_bytes"] = round(stats["bytes"] / other_bytes, 4)
         finally:
             conn.send(("stop", 0))
             servers.join(30)
@@ -259,17 +303,30 @@ def main() -> None:
                 f"{place:<16}{name:<14}{entry['cells_per_s']:>11,}{ratio:>10}{entry.get('requests', ''):>10}"
                 f"{moved:>11}{share:>8}{entry.get('max_in_flight', ''):>11}"
             )
+    if compare_url is not None:
+        print(
+            f"{args.compare_chunks} chunks a tile ({compared['tile_bytes_vs_default']:.3f}x the tile bytes): "
+            f"{compared['measure']} through {compared['place']}: {compared.get('requests', '')} requests, "
+            f"{compared.get('share_of_tile_bytes', 0):.1%} of the tile bytes moved"
+        )
     if args.json:
         doc = {
-            "command": "python benchmarks/bench_object_storage.py " + " ".join(sys.argv[1:]),
+            "benchmark": "bench_object_storage",
             "data": f"synthetic_counts, {args.cells} cells x {args.genes} genes, {nnz} nonzeros",
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+            "n_cells": args.cells,
+            "n_genes": args.genes,
+            "nnz": nnz,
+            "tile_size": args.tile_size,
+            "n_chunks": args.n_chunks,
+            "zstd_level": 3,
+            "repeat": args.repeat,
             "latency_s": args.latency,
             "n_tiles": manifest.n_tiles,
             "tile_bytes": tile_bytes,
             "results": results,
+            "compare_chunks": compared if compare_url is not None else None,
         }
-        args.json.write_text(json.dumps(doc, indent=1))
+        write_json(args.json, doc, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from _record import output_path
 from _rss import reset_peak, status, trim
 from _visium import VISIUM, resampled_rows
 
@@ -178,6 +179,9 @@ class DeltacellsReader:
 
     def warm(self, path: str) -> None:
         self.open(path).X[:10]
+        from deltacells._kernel_loading import load_compiled_kernels
+
+        load_compiled_kernels()  # a small read runs numpy's versions while numba's kernels load: wait for them
 
 
 class FloorReader:
@@ -1018,11 +1022,13 @@ def main(argv: list[str] | None = None) -> int:
     report["errors"] = errors
     log(f"\n{summary(report)}")
     if args.json:
+        args.json = output_path(args.json, quick=args.quick)  # a --quick run never replaces docs/_data's
         args.json.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(report, indent=1, default=str).replace(f"{workdir}{os.sep}", "")  # no local paths
         args.json.write_text(text + "\n")
         log(f"wrote {args.json}")
     if args.plots:
+        args.plots = output_path(args.plots, quick=args.quick)
         if missing(("matplotlib",)):
             log("no plots: matplotlib is not installed")
         else:

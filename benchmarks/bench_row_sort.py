@@ -14,7 +14,7 @@ random permutation, rows grouped by length), then on synthetic rows of 256 to 60
 1/64 to 3/4. The cost model that picks one per row (``deltacells.codec._kernels.bitmap_sorts``) is fitted to
 these figures. Usage::
 
-    python benchmarks/bench_row_sort.py            # about ten seconds
+    python benchmarks/bench_row_sort.py --json docs/_data/row-sort.json   # about ten seconds
     python benchmarks/bench_row_sort.py --classes  # about half a minute
     python benchmarks/bench_row_sort.py --quick    # CI: a smaller matrix, one run (and the classes, briefly)
 """
@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
+from _record import now, write_json
 from scipy import sparse
 
 from deltacells.codec import _kernels
@@ -160,7 +162,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--classes", action="store_true", help="time the radix sort and the bitmap apart")
+    parser.add_argument("--json", type=Path, help="write the figures here (docs/_data/row-sort.json)")
     args = parser.parse_args()
+    started = now()
     if args.quick:
         args.rows, args.repeat = 512, 1
     source = unsorted_rows(args.rows, args.nnz, args.genes, args.seed)
@@ -185,6 +189,15 @@ def main() -> None:
     print(f"  deltacells sort_rows           {radix / nnz * 1e9:6.2f} ns a nonzero")
     print(f"  scipy sort_indices             {reference / nnz * 1e9:6.2f} ns a nonzero")
     print(f"  ratio                          {reference / radix:6.2f}x")
+    doc = {
+        "rows": args.rows,
+        "nnz_per_row": args.nnz,
+        "n_columns": args.genes,
+        "repeat": args.repeat,
+        "deltacells_ns_per_nnz": radix / nnz * 1e9,
+        "scipy_ns_per_nnz": reference / nnz * 1e9,
+    }
+    write_json(args.json, doc, started=started, quick=args.quick)
     if args.classes or args.quick:
         print()
         classes(args.repeat, args.quick)

@@ -35,6 +35,8 @@ or read). Nothing is asserted.
 Usage::
 
     python benchmarks/bench_scale.py --quick                        # 200k cells, 1 run (CI), < 1 minute
+    python benchmarks/bench_scale.py --sizes 2M,20M,100M --h5ad-sizes 2M --fractions 0.0001 0.001 --repeat 1 \
+        --json docs/_data/scale.json                                # the documentation's figures (nox -s bench)
     python benchmarks/bench_scale.py --sizes 2M,20M --json out.json  # about 25 minutes on 2 cores
     python benchmarks/bench_scale.py --sizes 100M --keep --validate  # 3.5 GB of disk (--link hard: 0.3 GB)
 """
@@ -60,6 +62,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _scale_data as sd
+from _record import now, write_json
 
 FRACTIONS = (0.0001, 0.001, 0.01, 0.1)
 MARK = "@@bench_scale "
@@ -95,7 +98,10 @@ def child(task: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"import_s": round(time.perf_counter() - t0, 3)}
     path = task["path"]
-    deltacells.decode_tile(Path(task["dataset"], tile_path(0)).read_bytes())  # numba's kernels loaded
+    deltacells.decode_tile(Path(task["dataset"], tile_path(0)).read_bytes())
+    from deltacells._kernel_loading import load_compiled_kernels
+
+    load_compiled_kernels()  # numba's kernels loaded (a small decode runs numpy's versions meanwhile)
     cells = np.load(task["cells"]) if task.get("cells") else None
     import gc
 
@@ -437,7 +443,7 @@ def measure_size(n_cells: int, args: argparse.Namespace, workdir: Path, runs: Pa
                 continue
             print(f"   measuring: {backend} ...", flush=True)
             subsets(backend, {**base, "path": str(file), "backend": "h5ad"})
-    doc["h5ad"] = h5ad
+    doc["h5ad"] = {name: {k: v for k, v in entry.items() if k != "path"} for name, entry in h5ad.items()}  # no paths
     doc["results"] = rows
     doc["total_s"] = round(time.perf_counter() - t_size, 1)
     print_table(n_cells, params, info, h5ad, rows, repeat)
@@ -558,6 +564,7 @@ def main() -> None:
     if args.child:
         print(MARK + json.dumps(child(json.loads(args.child))), flush=True)
         return
+    started = now()
     if args.quick:
         args.sizes, args.h5ad_sizes, args.h5ad_compression, args.repeat = "200k", "200k", "none", 1
         args.fractions, args.x_only = [0.001], False
@@ -608,14 +615,15 @@ def main() -> None:
             level=args.level, pool=args.pool, seed=args.seed, link=args.link,
         )  # fmt: skip
         doc = {
-            "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
+            "benchmark": "bench_scale",
             "machine": {**facts, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
             "params": params,
             "repeat": args.repeat,
+            "fractions": args.fractions,
             "sizes": docs,
             "estimates": guess,
         }
-        args.json.write_text(json.dumps(doc, indent=1))
+        write_json(args.json, doc, started=started, quick=args.quick)
 
 
 if __name__ == "__main__":

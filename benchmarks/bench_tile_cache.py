@@ -18,12 +18,14 @@ Usage::
     python benchmarks/bench_tile_cache.py
     python benchmarks/bench_tile_cache.py --quick
     python benchmarks/bench_tile_cache.py --json out.json
+    python benchmarks/bench_tile_cache.py --json docs/_data/tile-cache.json   # the documentation's figures
+
+A ``--quick`` run never writes into ``docs/_data`` (``_record.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _record import now, write_json
 
 import deltacells
 from deltacells.dataset import Dataset
@@ -195,6 +198,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
+    started = now()
     if args.quick:
         args.cells, args.big_cells, args.genes, args.tile_size, args.repeat = 8000, 20_000, 1000, 256, 2
         args.batch_cells = min(args.batch_cells, 32)
@@ -205,10 +209,8 @@ def main() -> None:
         _write(big, args.big_cells, args.genes, 2048, args.seed + 1)
         chunks = chunk_decoding(big, args)
     _print(policies, chunks)
-    if args.json:
-        args.json.write_text(
-            json.dumps({"args": vars(args), "cache_policy": policies, "chunk_decoding": chunks}, indent=1, default=str)
-        )
+    doc = {"benchmark": "bench_tile_cache", "args": vars(args), "cache_policy": policies, "chunk_decoding": chunks}
+    write_json(args.json, doc, started=started, quick=args.quick, default=str)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ extensions = [
     "sphinx_copybutton",
     "reexports",  # docs/_ext: resolve references to re-exported names
     "streams",  # docs/_ext: merge chunked stream outputs (e.g. of %%bash) without breaking lines
+    "typed_figures",  # docs/_ext: a performance figure typed by hand in a page is an error (figures.py)
 ]
 
 templates_path = ["_templates"]
@@ -104,7 +105,8 @@ default_role = "literal"
 
 # MyST and myst-nb
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "attrs_inline", "substitution"]
-# The figures pages quote ({{ read_vs_zarr }}...), computed from the benchmark results in docs/_data.
+# The figures pages quote ({{ read_vs_zarr }}...), computed from the benchmark results in docs/_data; a figure
+# typed by hand instead fails the build (the extension typed_figures).
 myst_substitutions = __import__("figures").figures(HERE / "_data")
 myst_heading_anchors = 3
 nb_execution_mode = "cache"

@@ -195,23 +195,9 @@ def test_front_matter_and_directives(typed: ModuleType) -> None:
 
 
 def test_every_allowed_figure_has_a_reason(typed: ModuleType) -> None:
-    for entry in (*typed.ALLOWED, *typed.PENDING):
+    for entry in typed.ALLOWED:
         assert len(entry.reason) > 10, entry
         re.compile(entry.pattern)
-
-
-def test_the_temporary_allowances_are_still_needed(typed: ModuleType) -> None:
-    """Each PENDING entry lets a figure through; once its figure is a substitution, remove the entry."""
-    for entry in typed.PENDING:
-        assert (ROOT / entry.path).exists(), entry
-    unused = typed.unused_pending(ROOT)
-    assert not unused, f"remove these entries of PENDING (docs/_ext/typed_figures.py): {unused}"
-    pending_only = [
-        hit
-        for page in _pages()
-        for hit in typed.find_typed_figures(page.read_text("utf-8"), str(page.relative_to(ROOT)), pending=False)
-    ]
-    assert pending_only, "PENDING lets no figure through: remove it"
 
 
 def test_the_sphinx_check_warns(typed: ModuleType, tmp_path: Path) -> None:
@@ -237,11 +223,15 @@ def test_the_sphinx_check_warns(typed: ModuleType, tmp_path: Path) -> None:
     try:
         typed._check_source(App(), "page", ["Intro.\n\nIt reads 3.1x faster.\n"])
         typed._check_source(App(), "changelog", ["It reads 3.1x faster.\n"])
+        typed._check_include(App(), Path("../CHANGELOG.md"), "changelog", ["It reads 3.1x faster.\n"])
+        typed._check_include(App(), Path("generated/cli.md.inc"), "cli", ["```text\n  --fast  2.5x faster\n```\n"])
     finally:
         logging.getLogger = original
-    assert len(messages) == 1
+    assert len(messages) == 2
     assert "'3.1x'" in messages[0][0]
     assert messages[0][1] == ("page", 3)
+    assert "'2.5x'" in messages[1][0]
+    assert messages[1][1] == f"{tmp_path / 'docs' / 'generated' / 'cli.md.inc'}:2"
 
 
 def test_a_quick_run_never_writes_docs_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,7 +256,8 @@ def test_a_quick_run_never_writes_docs_data(tmp_path: Path, monkeypatch: pytest.
 def test_nox_bench_rewrites_every_json_of_docs_data() -> None:
     """``nox -s bench`` gives each file of docs/_data to the benchmark that writes it (noxfile.py)."""
     noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
-    written = set(re.findall(r'"([\w-]+\.json)"', noxfile)) | set(re.findall(r"docs/_data/([\w-]+\.json)", noxfile))
+    names = r"([\w.-]+\.json)"  # cold-start-3.11.json
+    written = set(re.findall(rf'"{names}"', noxfile)) | set(re.findall(rf"docs/_data/{names}", noxfile))
     committed = {path.name for path in (DOCS / "_data").glob("*.json")}
     assert committed <= written, f"no benchmark of nox -s bench writes {sorted(committed - written)}"
     for script in re.findall(r'\("(bench_\w+)", "[\w-]+\.json"', noxfile):
