@@ -161,3 +161,18 @@ _kernel_loading.prepare_kernels()
     spent = time.monotonic() - began
     assert marker.exists() == compiling
     assert (spent >= 2) == compiling
+
+
+def test_a_failed_warm_up_leaves_the_kernels_to_their_first_call(written) -> None:
+    """An error on the loading thread is not raised there: reads then call the compiled kernels themselves."""
+    code = """
+from deltacells.codec import _warm_up
+def broken():
+    raise RuntimeError("a warm-up that fails")
+_warm_up.warm_up = broken
+release.set()
+_kernel_loading.load_compiled_kernels()  # returns: the thread said the kernels are loaded, and did not die loudly
+assert _kernel_loading.compiled_kernels()
+same([5, 2999], dataset.read_rows([5, 2999]))  # compiled kernels, loaded by this call
+"""
+    run(code, written)

@@ -137,7 +137,9 @@ def _load() -> None:
         _assessed.set()
         for name in WARM_UP_MODULES:
             importlib.import_module(name).warm_up()
-    finally:  # even if a warm-up failed: the kernels then load (or fail, loudly) on their first real call
+    except Exception:  # not raised here, on a thread nobody waits on: the kernels then load on
+        pass  # their first call, in the caller's thread, where whatever failed fails again, and is reported
+    finally:
         _assessed.set()
         _loaded.set()
 
