@@ -690,7 +690,7 @@ def test_demo_keeps_dataset_and_cache_beside_it(tmp_path):
     assert text.count("identical: True") == 3
     for fragment in (
         "warm-up",
-        "loads the compiled decoding kernels",
+        "compiled decoding kernels loaded",
         "bytes per nonzero",
         "as gzip h5ad",
         "cells/s",

@@ -78,8 +78,8 @@ def _opened(o: Opened) -> str:
 
 def _warm_up(w: WarmUp) -> str:
     return (
-        f"warm-up     the first read in a process loads the compiled decoding kernels: {_ms(w.seconds)} "
-        "(done once here, so that the timings below leave it out)"
+        f"warm-up     first reads (numpy's versions of the kernels while numba's load in the background), then the "
+        f"compiled decoding kernels loaded: {_ms(w.seconds)} (once a process, left out of the timings below)"
     )
 
 

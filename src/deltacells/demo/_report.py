@@ -72,7 +72,7 @@ class Opened:
 
 @dataclass(frozen=True)
 class WarmUp:
-    """The first read of the process, which loads the compiled decoding kernels."""
+    """The first reads of the process, until the compiled decoding kernels are loaded."""
 
     seconds: float
 
