@@ -71,7 +71,7 @@ def compiled_kernels() -> bool:
     ``True`` once the kernels are loaded in this process, and always on the loading thread itself. Otherwise
     the loading starts in the background (once per process) and the answer is ``False``.
     """
-    if _loaded.is_set() or getattr(_local, "loading", False):
+    if _usable():
         return True
     _start()
     return False
@@ -86,10 +86,10 @@ def prepare_kernels(nnz: int = 0) -> None:
         The nonzeros the caller is about to decode or copy; 0 (a dataset just opened): only start loading.
         From :data:`WAIT_MIN_NNZ` on, returns once the kernels are loaded.
     """
-    if _loaded.is_set():
+    if _usable():
         return
     _start()
-    if nnz >= WAIT_MIN_NNZ and not getattr(_local, "loading", False):
+    if nnz >= WAIT_MIN_NNZ:
         _assessed.wait()
         if not _compiling:
             _loaded.wait()
@@ -97,10 +97,15 @@ def prepare_kernels(nnz: int = 0) -> None:
 
 def load_compiled_kernels() -> None:
     """Return once numba's kernels are loaded: wait for the loading thread (started now if need be)."""
-    if _loaded.is_set() or getattr(_local, "loading", False):
+    if _usable():
         return
     _start()
     _loaded.wait()
+
+
+def _usable() -> bool:
+    """Whether the compiled kernels can be called now: loaded, or this is the thread loading them."""
+    return _loaded.is_set() or getattr(_local, "loading", False)
 
 
 def kernels_to_compile() -> list[str]:

@@ -30,9 +30,7 @@ def gather_rows(
     out_data: np.ndarray,
 ) -> None:
     """Copy row ``rows[i]`` of the source into output row ``out_slots[i]`` (values cast to ``out_data``'s dtype)."""
-    source, target, _ = _positions(src_indptr, rows, out_indptr[out_slots])
-    out_data[target] = src_data[source]
-    out_indices[target] = src_indices[source]
+    _copy_rows(src_indptr, src_indices, src_data, rows, out_indptr[out_slots], out_indices, out_data)
 
 
 def gather_rows_mapped(
@@ -48,12 +46,9 @@ def gather_rows_mapped(
     sort: bool,
 ) -> None:
     """:func:`gather_rows`, writing ``columns[j]`` for stored column ``j``; with ``sort``, each row in order."""
-    source, target, owner = _positions(src_indptr, rows, out_indptr[out_slots])
-    indices, data = columns[src_indices[source]], src_data[source]
-    if sort:
-        indices, data = _sorted_by_row(owner, indices, data, columns.shape[0])
-    out_data[target] = data
-    out_indices[target] = indices
+    dests = out_indptr[out_slots]
+    sort_columns = columns.shape[0] if sort else None
+    _copy_rows(src_indptr, src_indices, src_data, rows, dests, out_indices, out_data, columns, sort_columns)
 
 
 def gather_rows_split(
@@ -71,9 +66,7 @@ def gather_rows_split(
 ) -> None:
     """Copy row ``rows[i]`` into row ``piece_rows[i]`` of output ``pieces[i]`` (outputs laid end to end)."""
     dests = nnz_starts[pieces] + indptrs[indptr_starts[pieces] + piece_rows]
-    source, target, _ = _positions(src_indptr, rows, dests)
-    data[target] = src_data[source]
-    indices[target] = src_indices[source]
+    _copy_rows(src_indptr, src_indices, src_data, rows, dests, indices, data)
 
 
 def gather_rows_split_sorted(
@@ -92,10 +85,7 @@ def gather_rows_split_sorted(
 ) -> None:
     """:func:`gather_rows_split`, each row's columns sorted on the way (with their values)."""
     dests = nnz_starts[pieces] + indptrs[indptr_starts[pieces] + piece_rows]
-    source, target, owner = _positions(src_indptr, rows, dests)
-    sorted_indices, sorted_data = _sorted_by_row(owner, src_indices[source], src_data[source], n_columns)
-    data[target] = sorted_data
-    indices[target] = sorted_indices
+    _copy_rows(src_indptr, src_indices, src_data, rows, dests, indices, data, sort_columns=n_columns)
 
 
 def drop_dropped_columns(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, limit: int) -> int:
@@ -109,6 +99,30 @@ def drop_dropped_columns(indptr: np.ndarray, indices: np.ndarray, data: np.ndarr
     data[lo : lo + n] = data[kept]
     indptr[:] = lo + before[indptr - lo]
     return n
+
+
+def _copy_rows(
+    src_indptr: np.ndarray,
+    src_indices: np.ndarray,
+    src_data: np.ndarray,
+    rows: np.ndarray,
+    dests: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    columns: np.ndarray | None = None,
+    sort_columns: int | None = None,
+) -> None:
+    """Copy row ``rows[i]`` of the source to ``indices[dests[i]:]`` and ``data[dests[i]:]`` (what every kernel does).
+
+    ``columns`` maps the stored columns; ``sort_columns`` (columns of the output), if given, sorts each row.
+    """
+    source, target, owner = _positions(src_indptr, rows, dests)
+    row_indices = src_indices[source] if columns is None else columns[src_indices[source]]
+    row_data = src_data[source]
+    if sort_columns is not None:
+        row_indices, row_data = _sorted_by_row(owner, row_indices, row_data, sort_columns)
+    data[target] = row_data
+    indices[target] = row_indices
 
 
 def _positions(
