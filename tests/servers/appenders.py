@@ -20,9 +20,9 @@ __all__ = ["N_GENES", "append_batch", "batch"]
 N_GENES = 30
 
 
-def batch(start: int, n: int) -> ad.AnnData:
+def batch(start: int, n: int, *, obsm: bool = False) -> ad.AnnData:
     """``n`` cells named ``cell<start>``..., counts and obs drawn from ``start``; genes ``g0``... (reversed order
-    for odd ``start``, so that appends match genes by name)."""
+    for odd ``start``, so that appends match genes by name); with ``obsm``, an embedding ``X_emb`` too."""
     rng = np.random.default_rng(start)
     counts = sparse.random(n, N_GENES, density=0.3, format="csr", random_state=start, dtype=np.float64)
     counts.data = rng.integers(1, 100, counts.nnz).astype(np.float64)
@@ -31,6 +31,8 @@ def batch(start: int, n: int) -> ad.AnnData:
         index=[f"cell{start + i}" for i in range(n)],
     )
     adata = ad.AnnData(X=counts.astype(np.float32), obs=obs, var=pd.DataFrame(index=[f"g{i}" for i in range(N_GENES)]))
+    if obsm:
+        adata.obsm["X_emb"] = rng.random((n, 3)).astype(np.float32)
     return adata[:, ::-1].copy() if start % 2 else adata
 
 

@@ -9,6 +9,7 @@ appends that reported success, each batch whole and in one piece.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,11 @@ from tests.servers.appenders import append_batch, batch
 
 import deltacells
 from deltacells.dataset import _append as append_module
+from deltacells.dataset._commit import read_for_commit, roll_forward
 from deltacells.errors import CommitConflictError
+from deltacells.format import tile_path
 from deltacells.storage import FsspecStore
+from deltacells.validate import validate_dataset
 
 BASE = 20  # cells written before the appenders start
 PER_WRITER = 45  # cells each appender adds (not a multiple of the tile size: every append completes a tile)
@@ -109,16 +113,100 @@ def test_concurrent_appenders(
     _assert_holds(url, options, [0, *succeeded], [BASE] + [PER_WRITER] * len(succeeded), any_order=True)
 
 
+class LateMover(FsspecStore):
+    """A store whose first write to (or removal of) ``late`` or anything under it waits for :attr:`go`.
+
+    It stands for a mover whose request reaches the server late: a copy on the server that read its source and
+    writes after a pause, a conditional write sent and delayed, a removal sent and delayed.
+    """
+
+    def __init__(self, url: str, options: dict[str, Any], late: str) -> None:
+        super().__init__(url, options)
+        self.late = late
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def _stall(self, path: str) -> None:
+        if (path == self.late or path.startswith(f"{self.late}/")) and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(60)
+
+    def replace(self, src: str, dst: str) -> None:
+        if dst == self.late or dst.startswith(f"{self.late}/"):
+            data = self.read(src)  # the server read the source...
+            self._stall(dst)
+            self.write(dst, data)  # ... and writes late
+            self.delete(src)
+            return
+        super().replace(src, dst)
+
+    def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
+        self._stall(path)
+        return super().write_if(path, data, version=version)
+
+    def delete(self, path: str) -> None:
+        self._stall(path)
+        super().delete(path)
+
+
+@pytest.mark.parametrize("late", ["last tile", "obs shard", "anndata.zarr part"])
+def test_a_late_mover_never_puts_back_an_older_version(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, late: str
+) -> None:
+    """A mover of commit 1, delayed, lands after another writer finished commit 1 and committed 2 on top."""
+    url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
+    parts = [batch(0, BASE, obsm=True), batch(1000, PER_WRITER, obsm=True), batch(2001, 7, obsm=True)]
+    deltacells.write_deltacells(parts[0], url, tile_size=TILE, progress=False, storage_options=options)
+    with monkeypatch.context() as killed:  # the first appender commits, then stops before moving anything
+        killed.setattr(append_module, "roll_forward", lambda *args: None)
+        deltacells.write_deltacells(parts[1], url, append=True, progress=False, storage_options=options)
+    manifest, version, commit = read_for_commit(FsspecStore(url, options))
+    assert commit.pending
+    target = {
+        "last tile": tile_path(manifest.n_tiles - 1),
+        "obs shard": max(p for p in commit.objects if p.startswith("obs/") and p.endswith(".parquet")),
+        "anndata.zarr part": next(p for p in commit.objects if p.startswith("anndata.zarr/")),
+    }[late]
+    mover = LateMover(url, options, target)
+    errors: list[BaseException] = []
+
+    def move() -> None:
+        try:
+            roll_forward(mover, manifest, version, commit)
+        except BaseException as exc:  # reported to the test
+            errors.append(exc)
+            mover.reached.set()
+
+    thread = threading.Thread(target=move)
+    thread.start()
+    assert mover.reached.wait(60)
+    # another writer finishes commit 1 and commits 2, which writes the late object's place again (or not)
+    deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
+    mover.go.set()
+    thread.join(60)
+    assert not errors, errors
+    _assert_holds(url, options, [0, 1000, 2001], [BASE, PER_WRITER, 7], obsm=True)
+    assert validate_dataset(url, storage_options=options).ok
+
+
 def _assert_holds(
-    url: str, options: dict[str, Any] | None, starts: list[int], sizes: list[int], *, any_order: bool = False
+    url: str,
+    options: dict[str, Any] | None,
+    starts: list[int],
+    sizes: list[int],
+    *,
+    any_order: bool = False,
+    obsm: bool = False,
 ) -> None:
     """The dataset holds exactly these batches, each whole and contiguous (in this order unless ``any_order``)."""
     got = deltacells.read_deltacells(url, storage_options=options).to_memory()
     names = list(got.obs_names)
     order = sorted(zip(starts, sizes, strict=True), key=lambda b: names.index(f"cell{b[0]}")) if any_order else None
     pairs = order if order is not None else list(zip(starts, sizes, strict=True))
-    expected = ad.concat([batch(start, n)[:, got.var_names] for start, n in pairs])
+    expected = ad.concat([batch(start, n, obsm=obsm)[:, got.var_names] for start, n in pairs])
     assert names == list(expected.obs_names)
     np.testing.assert_array_equal(got.X.toarray(), expected.X.toarray())
     np.testing.assert_array_equal(got.obs["value"].to_numpy(), expected.obs["value"].to_numpy())
     assert got.obs["writer"].astype(str).tolist() == expected.obs["writer"].astype(str).tolist()
+    if obsm:
+        np.testing.assert_array_equal(got.obsm["X_emb"], expected.obsm["X_emb"])

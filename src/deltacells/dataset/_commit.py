@@ -17,10 +17,12 @@ The protocol (DECISIONS.md 17; the architecture page draws it):
    :class:`~deltacells.errors.CommitConflictError`, removes its staging prefix and tries again from step 1
    or gives up. From this moment readers open the new version: :class:`PendingCommitStore` reads each of
    the commit's objects from the staging prefix while it is there.
-4. It moves each staged object to its place (a rename on a local disk, a copy then a delete on object
-   stores), makes them durable, and rewrites the manifest without the pending entry (again conditionally:
-   if someone finished it first, nothing is lost). A writer killed in steps 3-4 leaves a pending manifest,
-   which reads as the new version and which the next writer finishes.
+4. It moves each staged object to its place (a rename on a local disk; on object stores a copy on the
+   server then a delete, or, for the objects a later commit may write again, a write made only if the place
+   is unchanged since before the staged object was read, so that a late mover never puts back an older
+   version: :func:`roll_forward`), makes them durable, and rewrites the manifest without the pending entry
+   (again conditionally: if someone finished it first, nothing is lost). A writer killed in steps 3-4
+   leaves a pending manifest, which reads as the new version and which the next writer finishes.
 
 Readers that opened the old version and read the completed last tile or the rewritten obs shard after step
 4 find a size or a hash that differs from their manifest and get a :class:`~deltacells.FormatError` naming
@@ -36,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from deltacells.errors import CommitConflictError, MissingObjectError
-from deltacells.format import EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, Commit, Manifest, commit_of
+from deltacells.format import EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, OBS_DIR, Commit, Manifest, commit_of, tile_path
 from deltacells.format._problems import first_problem_raises
 from deltacells.storage import BaseStore
 
@@ -116,18 +118,21 @@ def read_for_commit(store: BaseStore) -> tuple[Manifest, str, Commit]:
 def roll_forward(store: BaseStore, manifest: Manifest, version: str, commit: Commit) -> None:
     """Finish a pending commit: move its staged objects to their places, then drop the pending entry.
 
-    Idempotent, and safe to run in several processes at once: an object already moved is skipped (its place
-    holds the same bytes), and the manifest is rewritten only if it is still the pending one.
+    Idempotent, and safe to run in several processes at once, however late one of them is: an object already
+    moved is skipped (its place holds the same bytes), an object a later commit may write again moves only
+    if its place has not changed since before the commit's staged copy was read (see :func:`_settle`), and
+    the manifest is rewritten only if it is still the pending one.
     """
     if not commit.pending:
         return
     assert commit.staging is not None
+    rewritable = _rewritable(manifest, commit.objects)
     for path in commit.objects:
         staged = f"{commit.staging}/{path}"
-        if path.startswith(f"{EXTRAS_NAME}/"):  # a zarr group: moved whole, once
-            if store.exists(staged):
-                store.delete(path)  # what a killed move copied of it
-                store.move(staged, path)
+        if path.startswith(f"{EXTRAS_NAME}/"):  # a zarr group of this version's own: no other commit writes it
+            _move_group(store, staged, path)
+        elif path in rewritable and store.atomic_conditional_writes:
+            _settle(store, staged, path)
         else:
             with contextlib.suppress(MissingObjectError):  # moved already
                 store.replace(staged, path)
@@ -137,6 +142,68 @@ def roll_forward(store: BaseStore, manifest: Manifest, version: str, commit: Com
         store.write_if(MANIFEST_NAME, done.to_json().encode(), version=version)
         store.sync(MANIFEST_NAME)
     store.delete(commit.staging)
+
+
+def _rewritable(manifest: Manifest, objects: Sequence[str]) -> set[str]:
+    """The commit's objects that a later commit may write again: its last tile, obs shards and schema.
+
+    Its other tiles are full (an append only ever completes the last one) and its part of ``anndata.zarr`` is
+    named by its version, so nothing but this commit writes them.
+    """
+    last_tile = tile_path(manifest.n_tiles - 1) if manifest.n_tiles else None
+    return {path for path in objects if path == last_tile or path.startswith(f"{OBS_DIR}/")}
+
+
+def _settle(store: BaseStore, staged: str, path: str) -> None:
+    """Move ``staged`` to ``path`` with a conditional write, or leave ``path`` as it is; then delete ``staged``.
+
+    A mover may be late: a copy on the server, or a write, issued while the commit was pending may land after
+    the commit was finished by another writer and a later commit has put its own object at ``path``. So the
+    place's version tag is read *before* the staged object: if that object still exists then, the commit is
+    not finished (its pending entry goes only after every staged object is gone), so no later commit has
+    written ``path`` yet, and the write, made only if ``path`` is still at that tag (S3's ``If-Match`` or
+    ``If-None-Match``), lands before any later commit's or not at all. A write refused means another mover
+    put the same bytes there first.
+    """
+    before = store.version_tag(path)
+    try:
+        data = store.read(staged)
+    except MissingObjectError:  # moved already
+        return
+    with contextlib.suppress(CommitConflictError):
+        store.write_if(path, data, version=before)
+    store.delete(staged)
+
+
+def _move_group(store: BaseStore, staged: str, path: str) -> None:
+    """Move the zarr group ``staged`` to ``path``, which nothing else writes; done in several processes at once.
+
+    On a local disk (under the writer lock) one rename of the directory, after removing what a killed move
+    left; elsewhere each object is copied on the server then deleted, skipping those moved already, so that
+    movers running at once never remove each other's copies.
+    """
+    if store.is_local:
+        if store.exists(staged):
+            store.delete(path)  # what a killed move copied of it
+            store.move(staged, path)
+        return
+    for name in _objects_under(store, staged):
+        with contextlib.suppress(MissingObjectError):  # moved already
+            store.replace(f"{staged}/{name}", f"{path}/{name}")
+    store.delete(staged)
+
+
+def _objects_under(store: BaseStore, prefix: str) -> list[str]:
+    """The objects under ``prefix`` of an object store, recursively, relative to it (an object lists nothing)."""
+    found: list[str] = []
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        names = store.list(f"{prefix}/{relative}".rstrip("/"))
+        if not names and relative:
+            found.append(relative)
+        pending.extend(f"{relative}/{name}".lstrip("/") for name in names)
+    return sorted(found)
 
 
 def sync_entries(store: BaseStore, paths: Sequence[str]) -> None:

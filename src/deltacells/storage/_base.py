@@ -250,6 +250,16 @@ class BaseStore(abc.ABC):
         data = self.read(path)
         return data, hashlib.sha256(data).hexdigest()
 
+    def version_tag(self, path: str) -> str | None:
+        """The version tag of object ``path`` (as :meth:`read_versioned` gives it), or None if it does not exist.
+
+        The default reads the object; stores that can ask for the tag alone (S3: a HEAD) override it.
+        """
+        try:
+            return self.read_versioned(path)[1]
+        except FileNotFoundError:
+            return None
+
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
         """Write ``path`` only if it is still at ``version`` (from ``read_versioned``; ``None``: only if absent).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import errno
 import os
 import threading
 import time
@@ -110,13 +111,21 @@ def _seek_and_read(descriptor: int, size: int, offset: int) -> bytes:
 _read_at = getattr(os, "pread", _seek_and_read)
 
 
+def _empty_range_or_raise(exc: OSError, start: int | None, end: int | None, size: int) -> bytes:
+    """``b""`` if ``[start:end]`` of an object of ``size`` bytes is empty (a server refused the range), else ``exc``."""
+    first, stop, _ = slice(start, end).indices(size)
+    if stop > first:
+        raise exc
+    return b""
+
+
 def _plain(start: int | None, end: int | None) -> bool:
     """Whether fsspec reads ``[start:end]`` with slice semantics without knowing the size first."""
     if end is None:
         return True  # the whole object, from an offset, or a suffix
     if end < 0:
         return False
-    return start is None or 0 <= start < end
+    return (start is None and end > 0) or (start is not None and 0 <= start < end)
 
 
 class FsspecStore(BaseStore):
@@ -245,7 +254,13 @@ class FsspecStore(BaseStore):
             # read of one chunk of many tiles pays per tile). Same bytes as cat_file: a short read at the end.
             return _read_local_range(full, start, end)
         if _plain(start, end):
-            return self.fs.cat_file(full, start=start, end=end)
+            try:
+                return self.fs.cat_file(full, start=start, end=end)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                size = int(self.fs.size(full))  # a range that starts at or past the end (HTTP 416)
+                return _empty_range_or_raise(exc, start, end, size)
         first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
         return self.fs.cat_file(full, start=first, end=stop) if stop > first else b""
 
@@ -260,7 +275,13 @@ class FsspecStore(BaseStore):
             start, end = first, stop
         if start is not None and end is not None and start >= end:
             return b""
-        return await fs._cat_file(full, start=start, end=end)
+        try:
+            return await fs._cat_file(full, start=start, end=end)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            size = int(await fs._size(full))  # a range that starts at or past the end (S3: 416 InvalidRange)
+            return _empty_range_or_raise(exc, start, end, size)
 
     async def _bounded(self, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt`` under the store's bound on requests in flight, with retries and a timeout."""
@@ -333,6 +354,8 @@ class FsspecStore(BaseStore):
     def write(self, path: str, data: bytes) -> None:
         """Write object ``path`` whole; on a local disk through a temporary file and a rename."""
         full = self._full(path)
+        if not isinstance(data, bytes | bytearray):
+            data = bytes(data)  # botocore takes bytes, bytearray or a file, not a memoryview
         if self.is_async:
             self.submit_write(path, data).result()
             return
@@ -353,6 +376,8 @@ class FsspecStore(BaseStore):
         """Start a write (see ``submit_read``); an object appears whole or not at all."""
         if not self.is_async:
             return super().submit_write(path, data)
+        if not isinstance(data, bytes | bytearray):
+            data = bytes(data)  # botocore takes bytes, bytearray or a file, not a memoryview
         full = self._full(path)
         return asyncio.run_coroutine_threadsafe(
             self._bounded(path, lambda: self.fs._pipe_file(full, data)), self.fs.loop
@@ -446,6 +471,28 @@ class FsspecStore(BaseStore):
             return bytes(data), str(response["ETag"])
 
         return asyncio.run_coroutine_threadsafe(self._bounded(path, get), self.fs.loop).result()
+
+    def version_tag(self, path: str) -> str | None:
+        """The version tag of object ``path`` (S3: its ETag, from a HEAD), or None if it does not exist."""
+        if not self._on_s3:
+            return super().version_tag(path)
+        bucket, key, _ = self.fs.split_path(self._full(path))
+
+        async def head() -> str | None:
+            from botocore.exceptions import ClientError
+
+            await self.fs.set_session()
+            s3 = await self.fs.get_s3(bucket)
+            try:
+                response = await s3.head_object(Bucket=bucket, Key=key)
+            except ClientError as exc:
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if status == 404 or exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+            return str(response["ETag"])
+
+        return asyncio.run_coroutine_threadsafe(self._bounded(path, head), self.fs.loop).result()
 
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
         """Write ``path`` only if it is still at ``version`` (``None``: only if absent); atomic on S3.

@@ -96,6 +96,10 @@ class PrefixStore(BaseStore):
         """Object ``path`` and its version tag (the inner store's)."""
         return self.store.read_versioned(self._inner(path))
 
+    def version_tag(self, path: str) -> str | None:
+        """The version tag of object ``path``, or None if absent (the inner store's)."""
+        return self.store.version_tag(self._inner(path))
+
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
         """Write ``path`` only if it is still at ``version`` (the inner store's ``BaseStore.write_if``)."""
         return self.store.write_if(self._inner(path), data, version=version)

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltacells.errors import MissingObjectError
+from deltacells.errors import CommitConflictError, MissingObjectError
 from deltacells.storage import BaseStore, StoreFile
 
 __all__ = ["StoreTests"]
@@ -314,6 +314,24 @@ class StoreTests:
         assert not store.exists("tiles/b.dct")
         assert not store.exists("absent")
         assert not store.exists("absent/deeper")
+
+    # --------------------------------------------------------------------------- conditional writes
+
+    def test_conditional_writes(self, store: BaseStore) -> None:
+        """``write_if`` writes only over the version read (or only where nothing is); ``version_tag`` tells it."""
+        assert store.version_tag("c/m.json") is None
+        first = store.write_if("c/m.json", b"1", version=None)
+        assert store.version_tag("c/m.json") == store.read_versioned("c/m.json")[1] == first
+        with pytest.raises(CommitConflictError):
+            store.write_if("c/m.json", b"2", version=None)  # exists
+        second = store.write_if("c/m.json", b"2", version=first)
+        assert store.read_versioned("c/m.json") == (b"2", second)
+        with pytest.raises(CommitConflictError):
+            store.write_if("c/m.json", b"3", version=first)  # changed since
+        store.delete("c/m.json")
+        with pytest.raises(CommitConflictError):
+            store.write_if("c/m.json", b"4", version=second)  # removed since
+        assert not store.exists("c/m.json")
 
     # ---------------------------------------------------------------------------------------- moves
 
