@@ -44,7 +44,7 @@ def default_threads() -> int:
         try:
             return max(1, int(env))
         except ValueError:
-            msg = f"DELTACELLS_THREADS must be a positive integer, got {env!r}"
+            msg = f"DELTACELLS_THREADS must be an integer >= 1, got {env!r} (unset it to use every usable CPU)"
             raise InvalidValueError(msg) from None
     try:
         return max(1, len(os.sched_getaffinity(0)))

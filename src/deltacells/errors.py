@@ -31,6 +31,7 @@ __all__ = [
     "StorageTimeoutError",
     "UnsupportedPlatformError",
     "warn",
+    "warn_renamed",
 ]
 
 
@@ -52,7 +53,7 @@ class DatasetNotFoundError(FormatError, FileNotFoundError):
 
 
 class ExceptionPolicyError(DeltaCellsError, ValueError):
-    """A tile has too many exceptions for data that should be raw counts (DECISIONS.md 7).
+    """A tile has too many exceptions for data that should be raw counts (docs/format.md, decision 7).
 
     Raised by the writer, naming the tile and the reason; the data are most likely not raw counts.
     """
@@ -102,8 +103,8 @@ class OutputExistsError(DeltaCellsError, FileExistsError):
 class CommitConflictError(DeltaCellsError, RuntimeError):
     """Another writer committed to the dataset first: this write was not committed, nothing of it is visible.
 
-    Raised by an append whose conditional commit lost (DECISIONS.md 17); the dataset holds the other writer's
-    version. Call again (``write_deltacells(..., append=True)`` retries ``commit_retries`` times by itself).
+    Raised by an append whose conditional commit lost (docs/format.md, decision 17); the dataset holds the other
+    writer's version. Call again (``write_deltacells(..., append=True)`` retries ``commit_retries`` times by itself).
     """
 
 
@@ -186,3 +187,14 @@ RAW_COUNTS_HINT = (
     "deltacells stores raw counts; pass the raw counts instead "
     "(with write_deltacells: layer=NAME for a layer that holds them, or raw=True for .raw)"
 )
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """Warn (``FutureWarning``, as scverse packages do for what users call) that ``old`` is now ``new``.
+
+    Parameters
+    ----------
+    old, new
+        The names, as users write them (``"TileReader.batch_size"``).
+    """
+    warn(f"{old} is deprecated and will be removed: use {new}", FutureWarning)

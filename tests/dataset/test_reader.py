@@ -25,7 +25,7 @@ import deltacells.dataset._dataset as reader_module
 from deltacells import FormatError
 from deltacells.dataset import Dataset, DatasetWriter, open_dataset
 from deltacells.errors import DeltaCellsWarning, MissingObjectError
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 from deltacells.tiles import TileCache
 
 SHAPES = {
@@ -575,7 +575,7 @@ def test_large_and_small_paths_agree(uneven, dtype):
 def test_iter_tiles_yields_all_in_order(uneven, threads, batch):
     ds = uneven.open(threads=threads, tile_cache_bytes=0)
     seen = []
-    for t, tile in ds.iter_tiles(batch=batch):
+    for t, tile in ds.iter_tiles(decode_ahead=batch):
         assert isinstance(t, int)
         lo, hi = ds.tile_range(t)
         np.testing.assert_array_equal(tile.to_csr(np.int64).toarray(), uneven.dense[lo:hi])
@@ -586,8 +586,17 @@ def test_iter_tiles_yields_all_in_order(uneven, threads, batch):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_iter_tiles_subset_keeps_order(uneven, threads):
     ds = uneven.open(threads=threads)
-    order = [t for t, _ in ds.iter_tiles([7, 3, 7, 0], batch=2)]
+    order = [t for t, _ in ds.iter_tiles([7, 3, 7, 0], decode_ahead=2)]
     assert order == [7, 3, 7, 0]
+
+
+def test_old_names_of_decode_ahead_still_work_and_warn(uneven):
+    ds = uneven.open(threads=2)
+    with pytest.warns(FutureWarning, match=r"iter_tiles\(batch=\) is deprecated.*decode_ahead"):
+        order = [t for t, _ in ds.iter_tiles([7, 3], batch=2)]
+    assert order == [7, 3]
+    with pytest.warns(FutureWarning, match=r"TileReader.batch_size is deprecated.*TileReader.decode_ahead"):
+        assert ds._tiles.batch_size == ds._tiles.decode_ahead == 4
 
 
 def test_iter_tiles_empty_dataset(write_dataset):
@@ -620,7 +629,7 @@ def test_dataset_pickle_round_trip(uneven, assert_csr_equals):
 
 
 def test_store_pickle_round_trip(uneven):
-    store = Store(str(uneven.path), {"auto_mkdir": True})
+    store = FsspecStore(str(uneven.path), {"auto_mkdir": True})
     data = store.read("manifest.json")
     assert store.is_local
     blob = pickle.dumps(store)
@@ -654,7 +663,7 @@ def test_memory_url_round_trip(memory_url, make_counts, assert_csr_equals):
     root = memory_url.removeprefix("memory://")
     assert fs.exists(f"{root}/manifest.json")
     assert len(fs.ls(f"{root}/tiles")) == 5
-    for ds in (open_dataset(memory_url), open_dataset(Store(memory_url))):
+    for ds in (open_dataset(memory_url), open_dataset(FsspecStore(memory_url))):
         assert ds.shape == (45, 11)
         assert ds.var_names() == [f"g{i}" for i in range(11)]
         assert_csr_equals(ds.read_rows(), counts.toarray())
@@ -855,7 +864,7 @@ def test_bad_var_names(corruptible, content):
 
 @pytest.mark.parametrize("local", [True, False], ids=["local", "memory"])
 def test_store_basics(tmp_path, memory_url, local):
-    store = Store(str(tmp_path / "root") if local else memory_url)
+    store = FsspecStore(str(tmp_path / "root") if local else memory_url)
     assert store.is_local == local
     assert store.list() == []
     assert not store.exists("a.bin")

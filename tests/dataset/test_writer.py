@@ -16,7 +16,7 @@ from scipy import sparse
 import deltacells
 from deltacells import FormatError
 from deltacells.dataset import DatasetWriter, open_dataset
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_TILE_SIZE, to_count_csr
 
 N_CELLS, N_GENES, TILE = 53, 11, 8
@@ -456,7 +456,7 @@ def test_overwrite_rules_on_memory(memory_url):
     _small(memory_url, rows=2, overwrite=True)
     ds = open_dataset(memory_url)
     assert ds.shape == (2, 3)
-    assert Store(memory_url).list("tiles") == ["tile_000000.dct"]
+    assert FsspecStore(memory_url).list("tiles") == ["tile_000000.dct"]
 
 
 # ---------------------------------------------------------------------------------------------- abort
@@ -489,7 +489,7 @@ def test_exception_in_context_aborts(tmp_path):
 def test_exception_in_context_aborts_on_memory(memory_url):
     with pytest.raises(Boom):
         _write_then_fail(memory_url)
-    store = Store(memory_url)
+    store = FsspecStore(memory_url)
     assert not store.exists("manifest.json")
     assert not store.exists("tiles")
     assert store.list() == []
@@ -537,13 +537,13 @@ def test_close_after_failed_write_writes_no_manifest(tmp_path):
 
 def test_manifest_written_last(tmp_path, monkeypatch):
     names: list[str] = []
-    original = Store.write
+    original = FsspecStore.write
 
     def recording(self, name, data):
         names.append(name)
         return original(self, name, data)
 
-    monkeypatch.setattr(Store, "write", recording)
+    monkeypatch.setattr(FsspecStore, "write", recording)
     path = tmp_path / "ds"
     _write_blocks(
         path, [np.ones((5, 4)), np.ones((9, 4))], 4, tile_size=3, gene_order=[3, 2, 1, 0], var_names=list("abcd")

@@ -198,7 +198,7 @@ def test_dask_blocks_on_a_cluster(studies, tmp_path: Path, client) -> None:
 def test_mismatches_are_clear_errors(studies, tmp_path: Path) -> None:
     adatas, paths = studies
     cache = tmp_path / "cache"
-    with pytest.raises(InvalidValueError, match="join must be 'inner' or 'outer'"):
+    with pytest.raises(InvalidValueError, match="join must be one of 'inner', 'outer', got 'left'"):
         deltacells.read_deltacells(paths, join="left", cache_dir=cache)
     with pytest.raises(InvalidValueError, match="keys names 2 datasets"):
         deltacells.read_deltacells(paths, keys=["x", "y"], cache_dir=cache)

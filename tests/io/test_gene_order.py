@@ -81,7 +81,7 @@ def test_dataset_level(written):
     original = dataset.with_gene_order("original")
     assert original.with_gene_order("original") is original
     assert (original.read_rows(np.array([399, 0, 3])) != sparse.csr_matrix(src.X[[399, 0, 3]])).nnz == 0
-    with pytest.raises(InvalidValueError, match="'original' or 'stored'"):
+    with pytest.raises(InvalidValueError, match="gene_order must be one of 'original', 'stored'"):
         dataset.with_gene_order("sorted")
 
 

@@ -16,7 +16,7 @@ from scipy import sparse
 
 import deltacells
 from deltacells.datasets import synthetic_counts
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 #: Reading with genes as stored (the tests below check the stored order; test_gene_order.py the default).
 read_stored = partial(deltacells.read_deltacells, gene_order="stored")
@@ -85,13 +85,13 @@ def test_fast_path_names(dataset, cache_dir, assert_X_equal, source):
 
 def test_fast_path_reads_no_obs(dataset, cache_dir, monkeypatch):
     read: list[str] = []
-    original = Store.read
+    original = FsspecStore.read
 
-    def recording(self: Store, name: str, *args: Any, **kwargs: Any) -> bytes:
+    def recording(self: FsspecStore, name: str, *args: Any, **kwargs: Any) -> bytes:
         read.append(name)
         return original(self, name, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "read", recording)
+    monkeypatch.setattr(FsspecStore, "read", recording)
     read_stored(dataset, cache_dir=cache_dir, obs_columns=[], obs_names=False)
     assert not [name for name in read if name.startswith("obs")], read
     assert _cache_files(cache_dir) == []

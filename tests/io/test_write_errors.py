@@ -72,18 +72,18 @@ def test_not_counts(source, new_path, value, dtype, problem, reorder):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_not_counts_after_tiles_were_written(new_path, monkeypatch, threads):
     """The bad count is in the second block of rows read: tiles were already stored, and must be removed."""
-    from deltacells.storage import Store
+    from deltacells.storage import FsspecStore
 
     source = synthetic_counts(4500, 12, seed=2)
     bad = _with_value(source, 4400, 5, 7.25, np.float32)
     written: list[str] = []
-    original = Store.write
+    original = FsspecStore.write
 
-    def recording(self: Store, name: str, *args: Any, **kwargs: Any) -> Any:
+    def recording(self: FsspecStore, name: str, *args: Any, **kwargs: Any) -> Any:
         written.append(name)
         return original(self, name, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "write", recording)
+    monkeypatch.setattr(FsspecStore, "write", recording)
     path = new_path()
     with pytest.raises(ValueError, match="cell 4400, gene 5"):
         deltacells.write_deltacells(bad, path, tile_size=256, reorder_genes=False, threads=threads, progress=False)

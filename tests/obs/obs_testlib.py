@@ -12,7 +12,7 @@ import pandas as pd
 
 from deltacells.format import Manifest
 from deltacells.obs import ObsStore, ObsWriteResult, write_obs
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance"
 DATASETS = CONFORMANCE / "datasets"
@@ -54,8 +54,8 @@ def manifest_for(tile_cells: np.ndarray, result: ObsWriteResult | None, *, tile_
     return Manifest.from_dict(doc)
 
 
-class CountingStore(Store):
-    """A read-only Store that counts whole reads (``reads``), ranged passes (``opens``: files opened over
+class CountingStore(FsspecStore):
+    """A read-only FsspecStore that counts whole reads (``reads``), ranged passes (``opens``: files opened over
     ranged reads) and ranged reads (``ranged``, ``ranged_bytes``) by object name."""
 
     def __init__(self, url: Any, storage_options: dict[str, Any] | None = None) -> None:
@@ -95,7 +95,7 @@ class ObsDataset:
     def store(self) -> CountingStore:
         return CountingStore(self.root)
 
-    def open(self, cache_dir: Path, *, verify: bool = True, store: Store | None = None) -> ObsStore:
+    def open(self, cache_dir: Path, *, verify: bool = True, store: FsspecStore | None = None) -> ObsStore:
         return ObsStore(store or self.store(), self.manifest, cache_dir=cache_dir, verify=verify)
 
 
@@ -119,9 +119,9 @@ def sample_frame(n: int = 30, seed: int = 0) -> pd.DataFrame:
 def write_obs_dataset(root: Path, frame: pd.DataFrame, tile_size: int = 4, **options: Any) -> ObsDataset:
     """Write ``frame`` as obs (and a matching manifest.json) under ``root``."""
     cells = tile_cells_for(len(frame), tile_size)
-    result = write_obs(Store(root), frame, cells, **options)
+    result = write_obs(FsspecStore(root), frame, cells, **options)
     dataset = ObsDataset(root, frame, cells, result)
-    Store(root).write("manifest.json", dataset.manifest.to_json().encode())
+    FsspecStore(root).write("manifest.json", dataset.manifest.to_json().encode())
     return dataset
 
 
@@ -149,8 +149,8 @@ def _log(path: str, line: str) -> None:
         f.write(line + "\n")
 
 
-class LoggingStore(Store):
-    """A read-only Store that logs whole reads, ranged reads and ranged opens to a file shared by processes."""
+class LoggingStore(FsspecStore):
+    """A read-only FsspecStore that logs whole reads, ranged reads and ranged opens to a file shared by processes."""
 
     def __init__(self, url: Any, log_path: str) -> None:
         super().__init__(url)

@@ -29,7 +29,7 @@ import deltacells
 from deltacells import FormatError
 from deltacells.format import Manifest, obs_shard_path
 from deltacells.obs import ObsStore, _ranges, _shards
-from deltacells.storage import Store, StoreFile
+from deltacells.storage import FsspecStore, StoreFile
 
 N_TILES = 200
 TILE = 50
@@ -38,8 +38,8 @@ PER_FILE_LARGE = 100  # 2 shards of ~160 KB: the tail, then the column chunks be
 COLUMNS = ["cell_type", "donor", "n_counts", "pct"]
 
 
-class RemoteLikeStore(Store):
-    """A Store over a local directory that reads as object storage does, counting what it is asked for.
+class RemoteLikeStore(FsspecStore):
+    """A FsspecStore over a local directory that reads as object storage does, counting what it is asked for.
 
     ``read`` is wrapped: ``read_many`` and ``submit_read`` of a local filesystem run it on the store's threads.
     """
@@ -96,7 +96,7 @@ class Dataset:
     def store(self, *, latency: float = 0.0) -> RemoteLikeStore:
         return RemoteLikeStore(self.root, latency=latency)
 
-    def open(self, store: Store, cache: Path, *, verify: bool = True) -> ObsStore:
+    def open(self, store: FsspecStore, cache: Path, *, verify: bool = True) -> ObsStore:
         return ObsStore(store, self.manifest, cache_dir=cache, verify=verify)
 
     def copy(self, to: Path) -> Dataset:
@@ -212,7 +212,7 @@ def test_footer_longer_than_the_tail_read(
 def test_local_store_reads_the_same(large_shards: Dataset, tmp_path: Path) -> None:
     ds = large_shards
     for verify in (True, False):
-        obs = ds.open(Store(ds.root), tmp_path / f"cache{verify}", verify=verify)
+        obs = ds.open(FsspecStore(ds.root), tmp_path / f"cache{verify}", verify=verify)
         for name in COLUMNS:
             _assert_column(obs, ds.adata, name)
 

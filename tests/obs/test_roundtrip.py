@@ -20,7 +20,7 @@ from obs_testlib import ObsDataset, manifest_for, refresh_manifest, tile_cells_f
 
 from deltacells.obs import ObsStore, write_obs
 from deltacells.obs._dtypes import default_string_dtype, is_nan_string_dtype
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 
 def _index(n: int) -> pd.Index:
@@ -315,12 +315,12 @@ def test_round_trip_hypothesis(
 @pytest.mark.parametrize("verify", [True, False])
 def test_round_trip_through_an_fsspec_memory_store(tmp_path: Path, verify: bool) -> None:
     name = f"deltacells-obs-test-{uuid.uuid4().hex}"
-    store = Store(f"memory://{name}/ds")
+    store = FsspecStore(f"memory://{name}/ds")
     try:
         frame = FRAMES["everything"]
         cells = tile_cells_for(len(frame), 3)
         result = write_obs(store, frame, cells, obs_tiles_per_file=2)
-        obs = ObsStore(Store(store.url), manifest_for(cells, result), cache_dir=tmp_path / "cache", verify=verify)
+        obs = ObsStore(FsspecStore(store.url), manifest_for(cells, result), cache_dir=tmp_path / "cache", verify=verify)
         pd.testing.assert_frame_equal(obs.to_dataframe(), frame, check_exact=True)
     finally:
         fsspec.filesystem("memory").rm(f"/{name}", recursive=True)

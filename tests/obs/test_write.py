@@ -15,7 +15,7 @@ import pytest
 from obs_testlib import sample_frame
 
 from deltacells.obs import ObsSchema, write_obs
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 
 def _shard(root: Path, i: int) -> pq.ParquetFile:
@@ -28,7 +28,7 @@ def _shard(root: Path, i: int) -> pq.ParquetFile:
 )
 def test_shard_layout(tmp_path: Path, tile_cells: list[int], per_file: int) -> None:
     frame = sample_frame(sum(tile_cells), seed=len(tile_cells))
-    result = write_obs(Store(tmp_path), frame, np.asarray(tile_cells), obs_tiles_per_file=per_file)
+    result = write_obs(FsspecStore(tmp_path), frame, np.asarray(tile_cells), obs_tiles_per_file=per_file)
     n_shards = -(-len(tile_cells) // per_file)
     assert result.obs_tiles_per_file == per_file
     assert len(result.shard_bytes) == len(result.shard_sha256) == n_shards
@@ -78,7 +78,7 @@ def test_missing_values_are_nulls_except_float_nan(tmp_path: Path) -> None:
         },
         index=["x", "y"],
     )
-    write_obs(Store(tmp_path), frame, np.array([2]))
+    write_obs(FsspecStore(tmp_path), frame, np.array([2]))
     table = _shard(tmp_path, 0).read()
     assert table.column("f").null_count == 0 and np.isnan(table.column("f").to_pylist()[1])
     assert table.column("F").to_pylist() == [1.0, None]
@@ -94,7 +94,9 @@ def test_missing_values_are_nulls_except_float_nan(tmp_path: Path) -> None:
 def test_code_type_by_vocabulary_size(tmp_path: Path, n_categories: int, code_type: str) -> None:
     categories = [f"c{i}" for i in range(n_categories)]
     values = pd.Categorical.from_codes(np.arange(n_categories) % n_categories, categories=categories)
-    result = write_obs(Store(tmp_path), pd.DataFrame({"c": values}), np.array([n_categories]), max_categories=10**6)
+    result = write_obs(
+        FsspecStore(tmp_path), pd.DataFrame({"c": values}), np.array([n_categories]), max_categories=10**6
+    )
     column = result.schema.column("c")
     assert column.kind == "category" and column.arrow_type == code_type and len(column.categories) == n_categories
     assert str(_shard(tmp_path, 0).schema_arrow.field("c").type) == code_type
@@ -103,14 +105,16 @@ def test_code_type_by_vocabulary_size(tmp_path: Path, n_categories: int, code_ty
 def test_more_than_max_categories_become_strings(tmp_path: Path) -> None:
     values = pd.Categorical(["b2", None, "b0", "b1"], categories=["b0", "b1", "b2"])
     ints = pd.Categorical([3, 1, None, 2])
-    result = write_obs(Store(tmp_path), pd.DataFrame({"barcode": values, "k": ints}), np.array([4]), max_categories=2)
+    result = write_obs(
+        FsspecStore(tmp_path), pd.DataFrame({"barcode": values, "k": ints}), np.array([4]), max_categories=2
+    )
     for name in ("barcode", "k"):
         column = result.schema.column(name)
         assert (column.kind, column.arrow_type, column.categories) == ("string", "string", None)
     table = _shard(tmp_path, 0).read()
     assert table.column("barcode").to_pylist() == ["b2", None, "b0", "b1"]
     assert table.column("k").to_pylist() == ["3", "1", None, "2"]
-    kept = write_obs(Store(tmp_path / "b"), pd.DataFrame({"barcode": values}), np.array([4]), max_categories=3)
+    kept = write_obs(FsspecStore(tmp_path / "b"), pd.DataFrame({"barcode": values}), np.array([4]), max_categories=3)
     assert kept.schema.column("barcode").kind == "category"
 
 
@@ -126,7 +130,7 @@ def test_category_values_keep_their_type(tmp_path: Path) -> None:
             "e": pd.Categorical([None, None], categories=[]),
         }
     )
-    write_obs(Store(tmp_path), frame, np.array([2]))
+    write_obs(FsspecStore(tmp_path), frame, np.array([2]))
     columns = {c["name"]: c for c in json.loads((tmp_path / "obs" / "schema.json").read_text())["columns"]}
     assert columns["s"]["categories"] == ["x", "y"]
     assert columns["i"]["categories"] == [3, 5] and columns["i8"]["categories"] == [3, 5]
@@ -140,14 +144,16 @@ def test_category_values_keep_their_type(tmp_path: Path) -> None:
 
 def test_index_becomes_strings(tmp_path: Path) -> None:
     frame = pd.DataFrame({"a": [1, 2, 3]}, index=pd.Index([10, 20, 30]))
-    result = write_obs(Store(tmp_path), frame, np.array([3]))
+    result = write_obs(FsspecStore(tmp_path), frame, np.array([3]))
     column = result.schema.columns[0]
     assert (column.name, column.kind, column.arrow_type) == ("_index", "string", "string")
     assert _shard(tmp_path, 0).read().column("_index").to_pylist() == ["10", "20", "30"]
 
 
 def test_empty_obs(tmp_path: Path) -> None:
-    result = write_obs(Store(tmp_path), pd.DataFrame(index=pd.Index([], dtype=object)), np.array([], dtype=np.int64))
+    result = write_obs(
+        FsspecStore(tmp_path), pd.DataFrame(index=pd.Index([], dtype=object)), np.array([], dtype=np.int64)
+    )
     assert result.shard_bytes == () and result.schema.names == ["_index"]
     assert (tmp_path / "obs" / "schema.json").exists()
 
@@ -155,7 +161,7 @@ def test_empty_obs(tmp_path: Path) -> None:
 def test_a_large_tile_is_still_one_row_group(tmp_path: Path) -> None:
     n = 1_100_000  # above pyarrow's default row group size of 1 Mi rows
     frame = pd.DataFrame({"x": np.zeros(n, dtype=np.int8)}, index=pd.Index(np.arange(n).astype(str)))
-    write_obs(Store(tmp_path), frame, np.array([n]))
+    write_obs(FsspecStore(tmp_path), frame, np.array([n]))
     assert _shard(tmp_path, 0).metadata.num_row_groups == 1
 
 
@@ -190,7 +196,7 @@ def test_unsupported_column_names_column_dtype_and_fix(tmp_path: Path, name: str
     column = _unsupported_columns()[name]
     frame = pd.DataFrame({"fine": [1, 2, 3], name: column.to_numpy() if name == "interval" else column})
     with pytest.raises((ValueError, TypeError)) as info:
-        write_obs(Store(tmp_path / "ds"), frame, np.array([3]))
+        write_obs(FsspecStore(tmp_path / "ds"), frame, np.array([3]))
     message = str(info.value)
     assert repr(name) in message
     if name != "cat_inf":
@@ -203,7 +209,7 @@ def test_unsupported_column_names_column_dtype_and_fix(tmp_path: Path, name: str
 def test_bad_strings_name_the_column(tmp_path: Path) -> None:
     frame = pd.DataFrame({"text": pd.Series(["ok", "\ud800"], dtype=object)})
     with pytest.raises(ValueError, match="'text'"):
-        write_obs(Store(tmp_path), frame, np.array([2]))
+        write_obs(FsspecStore(tmp_path), frame, np.array([2]))
 
 
 @pytest.mark.parametrize(
@@ -217,7 +223,7 @@ def test_bad_strings_name_the_column(tmp_path: Path) -> None:
 )
 def test_bad_frames(tmp_path: Path, frame: pd.DataFrame, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
-        write_obs(Store(tmp_path), frame, np.array([2]))
+        write_obs(FsspecStore(tmp_path), frame, np.array([2]))
 
 
 @pytest.mark.parametrize(
@@ -227,16 +233,16 @@ def test_bad_frames(tmp_path: Path, frame: pd.DataFrame, error: type[Exception],
         ({"tile_cells": np.array([[2]])}, "1-D array of integers"),
         ({"tile_cells": np.array([2.0])}, "1-D array of integers"),
         ({"obs_tiles_per_file": 0}, "obs_tiles_per_file must be an integer >= 1"),
-        ({"obs_tiles_per_file": True}, "obs_tiles_per_file"),
+        ({"obs_tiles_per_file": True}, "obs_tiles_per_file must be an integer >= 1, got True"),
         ({"max_categories": -1}, "max_categories must be an integer >= 0"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, options: dict[str, Any], match: str) -> None:
     options = {"tile_cells": np.array([2]), **options}
-    with pytest.raises(ValueError, match=match):
-        write_obs(Store(tmp_path), pd.DataFrame({"a": [1, 2]}), **options)
+    with pytest.raises((ValueError, TypeError), match=match):  # a bool where an integer goes: a TypeError
+        write_obs(FsspecStore(tmp_path), pd.DataFrame({"a": [1, 2]}), **options)
 
 
 def test_obs_must_be_a_dataframe(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="must be a pandas DataFrame"):
-        write_obs(Store(tmp_path), pd.Series([1, 2]), np.array([2]))  # type: ignore[arg-type]
+        write_obs(FsspecStore(tmp_path), pd.Series([1, 2]), np.array([2]))  # type: ignore[arg-type]

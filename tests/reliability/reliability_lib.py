@@ -96,7 +96,7 @@ def arm_kill_switch(plan: dict[str, Any]) -> None:
     ``plan["hook"]``:
 
     ``before_write`` / ``after_write``
-        Before / after the ``nth`` object whose name matches ``plan["match"]`` is stored (``Store.write``).
+        Before / after the ``nth`` object whose name matches ``plan["match"]`` is stored (``FsspecStore.write``).
     ``partial_write``
         Halfway through writing that object's temporary file (a torn file).
     ``before_rename``
@@ -272,10 +272,10 @@ def _log(path: str, line: str) -> None:
 
 
 def logging_store(root: str, log_path: str, delay: float = 0.0) -> Any:
-    """A Store that logs whole reads and ranged opens to a file shared by processes, each after ``delay`` s."""
-    from deltacells.storage import Store
+    """A FsspecStore that logs whole reads and ranged opens to a file shared by processes, each after ``delay`` s."""
+    from deltacells.storage import FsspecStore
 
-    class LoggingStore(Store):
+    class LoggingStore(FsspecStore):
         def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
             if start is None and end is None:
                 _log(log_path, f"{os.getpid()} read {name.rsplit('/', 1)[-1]}")
@@ -365,16 +365,16 @@ def as_nobody(action: str, root: str, manifest_json: str, cache_dir: str, warm_c
     from deltacells.errors import ObsCacheError
     from deltacells.format import Manifest
     from deltacells.obs import ObsStore
-    from deltacells.storage import Store
+    from deltacells.storage import FsspecStore
 
     manifest = Manifest.from_json(manifest_json)
-    ObsStore(Store(root), manifest, cache_dir=warm_cache).to_dataframe()
+    ObsStore(FsspecStore(root), manifest, cache_dir=warm_cache).to_dataframe()
     os.setgroups([])
     os.setgid(65534)
     os.setuid(65534)
     result: dict[str, Any] = {"uid": os.getuid()}
     try:
-        frame = ObsStore(Store(root), manifest, cache_dir=cache_dir).to_dataframe(["pct_mito"])
+        frame = ObsStore(FsspecStore(root), manifest, cache_dir=cache_dir).to_dataframe(["pct_mito"])
         result.update(ok=True, frame=frame)
     except ObsCacheError as exc:
         result.update(ok=False, error="ObsCacheError", message=str(exc), is_oserror=isinstance(exc, OSError))

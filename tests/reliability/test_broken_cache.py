@@ -30,7 +30,7 @@ import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import ObsCacheError
 from deltacells.obs import ObsStore, column_file_name
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 COLUMN = "total_counts"
 
@@ -59,7 +59,7 @@ def expected(datasets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 
 
 def cached_file(root: Path, cache: Path, column: str = COLUMN) -> Path:
-    store = Store(root)
+    store = FsspecStore(root)
     obs = ObsStore(store, deltacells.open_dataset(store).manifest, cache_dir=cache)
     return obs.directory / column_file_name(column)
 

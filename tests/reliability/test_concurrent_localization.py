@@ -24,7 +24,7 @@ from reliability_lib import hold_lock, join_all, load_pickle, localize, snapshot
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.obs import ObsStore, column_file_name
-from deltacells.storage import Store
+from deltacells.storage import FsspecStore
 
 N_PROCESSES = 8
 COLUMNS = ["cell_type", "donor", "total_counts", "pct_mito"]
@@ -42,7 +42,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def obs_directory(dataset: dict[str, Any], cache: Path) -> Path:
-    return ObsStore(Store(dataset["root"]), dataset["manifest"], cache_dir=cache).directory
+    return ObsStore(FsspecStore(dataset["root"]), dataset["manifest"], cache_dir=cache).directory
 
 
 def events(log: Path) -> list[tuple[int, str, str]]:

@@ -132,7 +132,7 @@ class S3Server(ServerLifecycle):
         return name
 
     def put_object(self, bucket: str, key: str, data: bytes) -> None:
-        """Store ``data`` at ``key`` in ``bucket`` directly on the server (not through any proxy)."""
+        """FsspecStore ``data`` at ``key`` in ``bucket`` directly on the server (not through any proxy)."""
         self.client.put_object(Bucket=bucket, Key=key, Body=data)
 
     def storage_options(self, endpoint_url: str | None = None) -> dict[str, Any]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from deltacells.storage import Store, StoreFile
+from deltacells.storage import FsspecStore, StoreFile
 
 
 class RecordingFile(StoreFile):
     """A StoreFile that records the ranges asked of its hook and serves even ones from memory."""
 
-    def __init__(self, store: Store, path: str, data: bytes) -> None:
+    def __init__(self, store: FsspecStore, path: str, data: bytes) -> None:
         super().__init__(store, path)
         self.data = data
         self.asked: list[tuple[int, int]] = []
@@ -25,7 +25,7 @@ class RecordingFile(StoreFile):
 
 def test_every_read_goes_through_the_hook(tmp_path: Path) -> None:
     data = bytes(range(50))
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     store.write("obj", data)
     with RecordingFile(store, "obj", data) as f:
         assert repr(f).startswith("RecordingFile(")

@@ -16,7 +16,7 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from deltacells.errors import MissingObjectError
-from deltacells.storage import FsspecStore, PrefixStore, Store, StoreFile, open_store
+from deltacells.storage import FsspecStore, PrefixStore, StoreFile, open_store
 from deltacells.testing.store import StoreTests
 
 
@@ -182,23 +182,23 @@ def test_read_many_on_a_sync_filesystem_uses_a_bounded_thread_pool(tmp_path: Pat
     assert 1 < max(in_flight) <= 3
 
 
-# ----------------------------------------------------------------------------- behaviour kept from Store
+# ----------------------------------------------------------------------------- behaviour kept from FsspecStore
 
 
 @pytest.fixture(params=["local", "memory", "file-url"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, memory_url: str) -> Store:
+def store(request: pytest.FixtureRequest, tmp_path: Path, memory_url: str) -> FsspecStore:
     if request.param == "local":
-        return Store(tmp_path / "root")
+        return FsspecStore(tmp_path / "root")
     if request.param == "file-url":
-        return Store(f"file://{tmp_path}/root")
-    return Store(memory_url)
+        return FsspecStore(f"file://{tmp_path}/root")
+    return FsspecStore(memory_url)
 
 
 def test_store_is_the_fsspec_store() -> None:
-    assert Store is FsspecStore
+    assert FsspecStore is FsspecStore
 
 
-def test_write_read_list_delete(store: Store) -> None:
+def test_write_read_list_delete(store: FsspecStore) -> None:
     store.write("tiles/a.dct", b"abc")
     store.write("manifest.json", b"{}")
     assert store.read("tiles/a.dct") == b"abc"
@@ -215,7 +215,7 @@ def test_write_read_list_delete(store: Store) -> None:
         store.read("tiles/a.dct")
 
 
-def test_fsspec_members(store: Store) -> None:
+def test_fsspec_members(store: FsspecStore) -> None:
     assert store.list() == []
     assert store.path("") == store.root
     assert store.path("tiles/a") == f"{store.root}/tiles/a"
@@ -225,20 +225,20 @@ def test_fsspec_members(store: Store) -> None:
 
 
 def test_is_local(tmp_path: Path, memory_url: str) -> None:
-    assert Store(tmp_path).is_local
-    assert Store(f"file://{tmp_path}").is_local
-    assert not Store(memory_url).is_local
-    assert Store(memory_url).local_path("x") is None
+    assert FsspecStore(tmp_path).is_local
+    assert FsspecStore(f"file://{tmp_path}").is_local
+    assert not FsspecStore(memory_url).is_local
+    assert FsspecStore(memory_url).local_path("x") is None
 
 
 def test_local_write_leaves_no_temporary_files(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     store.write("x/y.bin", b"1" * 1000)
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["y.bin"]
 
 
 def test_failed_local_write_keeps_the_old_object(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     store.write("a.bin", b"old")
     with pytest.raises(TypeError):
         store.write("a.bin", "not bytes")  # type: ignore[arg-type]
@@ -247,7 +247,7 @@ def test_failed_local_write_keeps_the_old_object(tmp_path: Path) -> None:
 
 
 def test_pickles_to_url_and_options_only(tmp_path: Path) -> None:
-    store = Store(tmp_path, {"auto_mkdir": True})
+    store = FsspecStore(tmp_path, {"auto_mkdir": True})
     store.write("manifest.json", b"{}")
     _ = store.fs  # an open filesystem is not part of the pickle
     clone = pickle.loads(pickle.dumps(store))
@@ -258,7 +258,7 @@ def test_pickles_to_url_and_options_only(tmp_path: Path) -> None:
 
 
 def test_filesystem_is_made_again_in_another_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     _ = store.fs
     monkeypatch.setattr(os, "getpid", lambda: -1)  # as after a fork
     made: list[str] = []
@@ -270,19 +270,19 @@ def test_filesystem_is_made_again_in_another_process(tmp_path: Path, monkeypatch
 
 
 def test_storage_options_reach_the_filesystem(tmp_path: Path) -> None:
-    assert Store(tmp_path, {"auto_mkdir": True}).fs.auto_mkdir
-    assert not Store(tmp_path).fs.auto_mkdir
+    assert FsspecStore(tmp_path, {"auto_mkdir": True}).fs.auto_mkdir
+    assert not FsspecStore(tmp_path).fs.auto_mkdir
 
 
 def test_missing_object_message(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     with pytest.raises(MissingObjectError, match=r"missing\.bin is missing") as info:
         store.read("missing.bin")
     assert str(info.value) == f"{tmp_path}/missing.bin is missing"
 
 
 def test_move_onto_itself_is_refused(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     store.write("a", b"a")
     with pytest.raises(FileExistsError):
         store.move("a", "a")
@@ -305,7 +305,7 @@ def test_open_store(tmp_path: Path) -> None:
 
 
 def test_prefix_store_names_objects_by_their_full_url(tmp_path: Path) -> None:
-    base = Store(tmp_path)
+    base = FsspecStore(tmp_path)
     staged = PrefixStore(base, ".staging-1/")
     assert staged.url == f"{tmp_path}/.staging-1"
     staged.write("tiles/a", b"a")
@@ -323,7 +323,7 @@ def test_prefix_store_names_objects_by_their_full_url(tmp_path: Path) -> None:
 
 
 def test_store_file_cannot_be_pickled(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+    store = FsspecStore(tmp_path)
     store.write("a", b"abc")
     with StoreFile(store, "a") as f, pytest.raises(TypeError, match="pickle the store"):
         pickle.dumps(f)
@@ -347,13 +347,13 @@ def test_store_file_asks_the_size_only_when_not_given(tmp_path: Path) -> None:
 def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dataset opened by a relative path still reads after a pickle to another working directory."""
     monkeypatch.chdir(tmp_path)
-    store = Store("rel/ds")
+    store = FsspecStore("rel/ds")
     assert store.url == str(tmp_path / "rel" / "ds")
     store.write("a.bin", b"abc")
     clone = pickle.loads(pickle.dumps(store))
     monkeypatch.chdir("/")
     assert clone.read("a.bin") == b"abc"
-    assert Store("memory://x/y").url == "memory://x/y"
+    assert FsspecStore("memory://x/y").url == "memory://x/y"
 
 
 @pytest.mark.parametrize("pread", [True, False])  # False: the fallback of systems without os.pread

@@ -44,7 +44,7 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
         * ``obs``: null, or ``{"n_shards", "tiles_per_file", "fingerprint", "has_index", "columns":
           [{"name", "kind", "arrow_type", "n_categories", "ordered"}]}`` (``_index``, the cell names, excluded;
           ``n_categories`` is null except for kind ``category``);
-        * ``anndata``: null, or what ``anndata.zarr`` holds (the AnnData's other elements, DECISIONS.md 15):
+        * ``anndata``: null, or what ``anndata.zarr`` holds (the AnnData's other elements, docs/format.md, decision 15):
           ``{"counts", "elements": [{"path", "shape", "bytes"}]}``, ``counts`` saying where the tiles' matrix
           was (``"X"``, ``"raw"``, ``"layers/<name>"``), ``bytes`` an element's uncompressed size (its metadata
           only is read);

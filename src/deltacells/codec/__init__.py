@@ -1,4 +1,4 @@
-"""The tile codec: one tile's bytes to CSR arrays and back (FORMAT.md, "Tile layout")."""
+"""The tile codec: one tile's bytes to CSR arrays and back (docs/format.md, "A tile")."""
 
 from deltacells.codec._decode import DecodedTile, decode_tile
 from deltacells.codec._encode import ExceptionPolicyError, chunk_boundaries, encode_tile

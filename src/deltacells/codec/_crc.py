@@ -1,4 +1,4 @@
-"""CRC-32 of tile payloads (zlib's polynomial, as FORMAT.md requires), at memory speed.
+"""CRC-32 of tile payloads (zlib's polynomial, as docs/format.md requires), at memory speed.
 
 zlib-ng's ``crc32`` folds with carry-less multiplication (PCLMULQDQ, ARMv8 CRC, VPCLMULQDQ): about
 50 GB/s on one core of the benchmark machine, against about 3 GB/s for the zlib that CPython links. The

@@ -199,7 +199,7 @@ class BlobSource:
 
 
 def require_little_endian() -> None:
-    """Refuse to decode on a big-endian host, as FORMAT.md requires."""
+    """Refuse to decode on a big-endian host, as docs/format.md requires."""
     if HOST_BYTEORDER != "little":
         msg = f"deltacells tiles are little-endian and cannot be read on a {HOST_BYTEORDER}-endian host"
         raise UnsupportedPlatformError(msg)
@@ -208,7 +208,7 @@ def require_little_endian() -> None:
 def decode_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", threads: int | None = None) -> DecodedTile:
     """Decode one tile.
 
-    Every rule of FORMAT.md is checked (header, CRC-32, chunk table, indptr, frame
+    Every rule of docs/format.md is checked (header, CRC-32, chunk table, indptr, frame
     sizes, exception frames, gene range, counts ``>= 1``); nothing is allocated on
     the strength of a header field before the object is known to be large enough
     to justify it.

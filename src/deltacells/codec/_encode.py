@@ -91,7 +91,7 @@ def exception_limit(nnz: int) -> int:
 def chunk_boundaries(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
     """Cell boundaries of ``min(n_chunks, n_cells)`` chunks with roughly equal nonzeros.
 
-    Every chunk holds at least one cell (DECISIONS.md 3). Returns ``int64[k + 1]``
+    Every chunk holds at least one cell (docs/format.md, decision 3). Returns ``int64[k + 1]``
     starting at 0 and ending at ``n_cells``.
     """
     if n_chunks < 1:
@@ -147,13 +147,13 @@ def encode_tile(
     Returns
     -------
     bytes
-        The tile, as DECISIONS.md 3 and 4 lay it out.
+        The tile, as docs/format.md, decisions 3 and 4 lay it out.
 
     Raises
     ------
     ValueError
         If the arrays are not a valid count matrix as described above, if the
-        tile has more exceptions than the writer's policy allows (DECISIONS.md 7),
+        tile has more exceptions than the writer's policy allows (docs/format.md, decision 7),
         or for an unknown ``level`` (``resolve_level``).
     """
     if int(n_chunks) < 1:

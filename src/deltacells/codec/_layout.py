@@ -1,4 +1,4 @@
-"""Binary layout of a tile: the header and the chunk table (FORMAT.md, "Tile layout").
+"""Binary layout of a tile: the header and the chunk table (docs/format.md, "A tile").
 
 Nothing here touches compressed data: these helpers pack and unpack the fixed-size
 parts of a tile and check every rule that can be checked on them alone.

@@ -1,4 +1,4 @@
-"""Decoding some chunks of a tile from byte ranges (FORMAT.md, "Tile layout").
+"""Decoding some chunks of a tile from byte ranges (docs/format.md, "A tile").
 
 A reader on object storage need not fetch a whole tile to read a few of its cells:
 
@@ -138,7 +138,7 @@ class TilePrefix:
     indptr
         ``int64[n_cells + 1]`` row pointers of the whole tile.
     table
-        The chunk table, ``uint64[n_chunks, 12]`` (columns as in FORMAT.md).
+        The chunk table, ``uint64[n_chunks, 12]`` (columns as in docs/format.md).
     """
 
     header: TileHeader
@@ -326,7 +326,7 @@ def parse_tile(blob: bytes | bytearray | memoryview, *, name: str = "tile", n_ce
     What :func:`~deltacells.decode_tile` checks before it decompresses anything, in the
     same order (header, CRC-32 of the payload, indptr, chunk table): the frames of the
     chunks to decode are then checked by :func:`decode_chunks`, given the object as
-    the one piece ``[(0, blob)]``. Every rule of FORMAT.md is so checked on a tile of
+    the one piece ``[(0, blob)]``. Every rule of docs/format.md is so checked on a tile of
     which only some chunks are decoded.
 
     Parameters

@@ -1,6 +1,6 @@
-"""Appending cells to a dataset, committed atomically (DECISIONS.md 17; the protocol is ``_commit``'s).
+"""Appending cells to a dataset, committed atomically (docs/format.md, decision 17; the protocol is ``_commit``'s).
 
-The last tile, if partial, is completed with the first new cells, as FORMAT.md requires (every tile but the
+The last tile, if partial, is completed with the first new cells, as docs/format.md requires (every tile but the
 last holds ``tile_size`` cells): it is decoded, and its rows are written again, followed by the new ones,
 as the first tile of the append. Everything the append writes goes under a staging prefix first; the commit
 is one conditional write of the manifest. The cost of an append is that of its own cells plus one tile and

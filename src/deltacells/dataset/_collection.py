@@ -1,4 +1,4 @@
-"""Several datasets read as one: their cells one after another, their genes joined (DECISIONS.md 16).
+"""Several datasets read as one: their cells one after another, their genes joined (docs/format.md, decision 16).
 
 Each member is a :class:`Dataset` whose columns are already those of the join (:meth:`~deltacells.Dataset.with_columns`:
 its stored genes mapped while they decode, an inner join's extra genes left out, an outer join's missing

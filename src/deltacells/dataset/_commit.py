@@ -1,6 +1,6 @@
 """Committing a new version of a dataset, and reading or finishing one that is half rolled forward.
 
-The protocol (DECISIONS.md 17; the architecture page draws it):
+The protocol (docs/format.md, decision 17; the architecture page draws it):
 
 1. A writer takes the dataset's lock (:func:`writer_lock`: a lock file on a local disk; nothing on object
    stores, whose conditional writes decide instead) and reads ``manifest.json`` with its version tag

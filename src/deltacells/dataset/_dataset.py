@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._checks import check_choice
 from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells.codec import read_only
@@ -97,9 +98,7 @@ class Dataset:
         FormatError
             If ``gene_order.npy`` is malformed.
         """
-        if gene_order not in ("original", "stored"):
-            msg = f"gene_order must be 'original' or 'stored', got {gene_order!r}"
-            raise InvalidValueError(msg)
+        check_choice("gene_order", gene_order, ("original", "stored"))
         if self._joined is not None:
             msg = "this dataset's columns are a collection's genes (with_columns): its gene order cannot change"
             raise InvalidValueError(msg)
@@ -317,15 +316,15 @@ class Dataset:
         return self._tiles.get(tile).copy()
 
     def iter_tiles(
-        self, tiles: np.ndarray | list[int] | None = None, *, batch: int | None = None
+        self, tiles: np.ndarray | list[int] | None = None, *, decode_ahead: int | None = None, batch: int | None = None
     ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all), decoding a few at once in parallel.
 
         The tiles' arrays are read-only: they are shared with the cache (``tile.copy()`` gives writable
-        ones). At most ``batch`` decoded tiles (default: twice the threads) are held beyond the cache at any
-        time, so a loop over a whole dataset runs in flat memory.
+        ones). At most ``decode_ahead`` decoded tiles (default: twice the threads; ``batch`` is its deprecated
+        name) are held beyond the cache at any time, so a loop over a whole dataset runs in flat memory.
         """
-        return self._tiles.iter_tiles(tiles, batch=batch)
+        return self._tiles.iter_tiles(tiles, decode_ahead=decode_ahead, batch=batch)
 
     # ------------------------------------------------------------------ rows
 
@@ -703,7 +702,7 @@ class Dataset:
             )
 
     def _batch_size(self) -> int:
-        return self._tiles.batch_size
+        return self._tiles.decode_ahead
 
     def _tiles_for(
         self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray

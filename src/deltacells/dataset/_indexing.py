@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from deltacells._checks import is_integer
 from deltacells.errors import InvalidTypeError, OutOfRangeError
 
 
@@ -38,7 +39,7 @@ def normalize_rows(index: Any, n_rows: int, *, what: str = "row") -> np.ndarray 
         if step == 1:
             return slice(start, max(start, stop), 1)
         return np.arange(start, stop, step, dtype=np.int64)
-    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+    if is_integer(index):
         i = int(index)
         if not -n_rows <= i < n_rows:
             msg = f"{what} {i} is out of range for {n_rows} {what}s"

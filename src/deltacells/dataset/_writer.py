@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deltacells._checks import check_integer
 from deltacells.codec._encode import Level, resolve_level
 from deltacells.dataset._output import (
     check_output,
@@ -138,9 +139,7 @@ class DatasetWriter:
         if var is not None and var.shape[0] != self.n_genes:
             msg = f"var has {var.shape[0]} rows for {self.n_genes} genes"
             raise InvalidValueError(msg)
-        if int(obs_tiles_per_file) < 1:
-            msg = f"obs_tiles_per_file must be at least 1, got {obs_tiles_per_file}"
-            raise InvalidValueError(msg)
+        check_integer("obs_tiles_per_file", obs_tiles_per_file, minimum=1)
         self.obs = obs
         self.var = var
         self.obs_tiles_per_file = int(obs_tiles_per_file)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from deltacells.errors import InvalidValueError
+from deltacells._checks import check_integer
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -93,9 +93,9 @@ class _Model:
     def __init__(
         self, n_cells: int, n_genes: int, *, n_cell_types: int, n_donors: int, library: float, seed: int
     ) -> None:
-        if n_cells < 0 or n_genes < 1 or n_cell_types < 1 or n_donors < 1:
-            msg = "n_cells must be >= 0 and n_genes, n_cell_types, n_donors >= 1"
-            raise InvalidValueError(msg)
+        check_integer("n_cells", n_cells, minimum=0)
+        for name, value in (("n_genes", n_genes), ("n_cell_types", n_cell_types), ("n_donors", n_donors)):
+            check_integer(name, value, minimum=1)
         self.rng = np.random.default_rng(seed)
         rng = self.rng
         self.n_cells, self.n_genes = n_cells, n_genes

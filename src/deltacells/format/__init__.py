@@ -12,7 +12,7 @@ module                 rules of
 ``_problems``          :class:`Problem`, and raising or collecting what checkers find
 ``_manifest``          ``manifest.json`` (:class:`Manifest`, :func:`check_manifest`)
 ``_obs_schema``        ``obs/schema.json`` (:class:`ObsSchema`, :class:`ObsColumn`)
-``_fingerprint``       the obs fingerprint (DECISIONS.md 1)
+``_fingerprint``       the obs fingerprint (docs/format.md, decision 1)
 ``_listing``           the objects present against the manifest's flags and counts
 ``_sidecars``          ``gene_order.npy``, ``var_names.txt``, ``var.parquet``
 ``_tiles``             a tile against the manifest

@@ -1,7 +1,7 @@
-"""A dataset's commit entry (DECISIONS.md 17): its version, and the objects of an append not yet rolled forward.
+"""A dataset's commit entry (docs/format.md, decision 17): its version, and an append's objects not yet moved.
 
 A dataset that was appended to says so in its manifest's free-form ``metadata``, so that a reader that
-knows only FORMAT.md ignores it::
+knows only the format ignores it::
 
     "metadata": {"deltacells": {"commit": {
         "version": 3,

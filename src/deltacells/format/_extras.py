@@ -1,10 +1,10 @@
-"""The rest of an AnnData beside the tiles (DECISIONS.md 15): ``anndata.zarr`` and its entry in the manifest.
+"""The rest of an AnnData beside the tiles (docs/format.md, decision 15): ``anndata.zarr`` and its manifest entry.
 
 The tiles hold one count matrix, obs and var sit in their own files; every other element of the AnnData a
 dataset was written from (obsm, varm, obsp, varp, uns, the layers not in the tiles, raw, and X when the
 counts came from a layer or raw) is written with anndata's element writer into the zarr group
 ``anndata.zarr`` at the root, before the manifest. The manifest's free-form ``metadata`` names it, so that a
-reader that knows only FORMAT.md ignores it::
+reader that knows only the format ignores it::
 
     "metadata": {"deltacells": {"anndata": {
         "zarr_format": 2,
@@ -12,8 +12,8 @@ reader that knows only FORMAT.md ignores it::
         "elements": ["X", "layers/log1p", "obsm/X_pca", "obsp/connectivities", "raw", "uns", "varm/PCs"]
     }}}
 
-An append (DECISIONS.md 17) adds the new cells' per-cell elements (obsm, obsp) as a *part*: a group of its own
-at ``anndata.zarr/parts/<version>``, listed in ``"parts": [{"group": "parts/000001", "n_cells": 5000}]``
+An append (docs/format.md, decision 17) adds the new cells' per-cell elements (obsm, obsp) as a *part*: a group of
+its own at ``anndata.zarr/parts/<version>``, listed in ``"parts": [{"group": "parts/000001", "n_cells": 5000}]``
 (after the base group's cells, in order); obsm rows are the parts' rows one after the other, obsp the
 block-diagonal matrix of the parts'.
 

@@ -1,4 +1,4 @@
-"""The obs fingerprint (FORMAT.md "Obs", DECISIONS.md 1): what keys the local cache of obs columns."""
+"""The obs fingerprint (docs/format.md, decision 1): what keys the local cache of obs columns."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``manifest.json``: the dataset's table of contents: its rules, and the :class:`Manifest` model.
 
-FORMAT.md, "manifest.json": readers must reject a manifest whose format or version they do not understand
+docs/format.md, "manifest.json": readers must reject a manifest whose format or version they do not understand
 or whose counts are inconsistent. :func:`check_manifest` yields every problem and returns what could be read
 (:class:`ManifestFields`); :meth:`Manifest.from_dict` raises the first problem.
 """
@@ -77,7 +77,7 @@ def check_manifest_text(text: str | bytes) -> Checker[ManifestFields | None]:
 
 
 def check_manifest(doc: Any) -> Checker[ManifestFields | None]:
-    """Check a decoded manifest against FORMAT.md; return every field that could be read.
+    """Check a decoded manifest against docs/format.md; return every field that could be read.
 
     Yields a problem for an unknown format or version (and then stops: nothing else can be interpreted),
     a missing or mistyped field, and counts that disagree with each other.

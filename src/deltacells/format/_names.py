@@ -1,4 +1,4 @@
-"""The names and paths of every object of a dataset (FORMAT.md, "Dataset layout"), spelled once.
+"""The names and paths of every object of a dataset (docs/format.md, "A dataset"), spelled once.
 
 Paths are relative to the dataset root and use ``/`` whatever the filesystem.
 """
@@ -33,7 +33,7 @@ VAR_NAMES_NAME = "var_names.txt"
 VAR_TABLE_NAME = "var.parquet"
 OBS_SCHEMA_NAME = f"{OBS_DIR}/schema.json"
 
-#: The zarr group of the AnnData's other elements (DECISIONS.md 15), which the manifest's metadata names.
+#: The zarr group of the AnnData's other elements (docs/format.md, decision 15), which the manifest's metadata names.
 EXTRAS_NAME = "anndata.zarr"
 
 #: The optional files of a dataset, each with the manifest flag that says whether it exists.
@@ -50,7 +50,7 @@ SIDECAR_NAMES = (MANIFEST_NAME, *SIDECAR_FLAGS)
 #: The entries of a dataset root that a writer owns (and replaces on overwrite), the manifest first.
 DATASET_ENTRIES = (MANIFEST_NAME, TILES_DIR, OBS_DIR, GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME, EXTRAS_NAME)
 
-#: The obs column that holds the cell names (DECISIONS.md 2: anndata's name for the index in h5ad).
+#: The obs column that holds the cell names (docs/format.md, decision 2: anndata's name for the index in h5ad).
 INDEX_COLUMN = "_index"
 
 #: Prefix of the directory under the root where an overwrite writes the new dataset before swapping it in.
@@ -59,7 +59,7 @@ STAGING_PREFIX = ".deltacells-staging-"
 #: Prefix of the directory under the root where an append stages its objects until they are rolled forward.
 APPEND_PREFIX = ".deltacells-append-"
 
-#: The lock file that serialises writers of a dataset on a local disk (DECISIONS.md 17).
+#: The lock file that serialises writers of a dataset on a local disk (docs/format.md, decision 17).
 LOCK_NAME = ".deltacells-lock"
 
 

@@ -1,7 +1,7 @@
 """``obs/schema.json``: the obs columns, their kinds, Arrow types and category vocabularies.
 
-FORMAT.md, "Obs": ``{"format": "deltacells-obs", "version": 1, "columns": [...]}``, each column
-``{"name", "kind", "arrow_type", "categories"}``. DECISIONS.md adds ``"ordered": true`` for ordered
+docs/format.md, "Obs: the cell table": ``{"format": "deltacells-obs", "version": 1, "columns": [...]}``, each column
+``{"name", "kind", "arrow_type", "categories"}``. Decision 11 of docs/format.md adds ``"ordered": true`` for ordered
 categoricals (11) and categories of one JSON type each: strings, integers, floats or booleans (12).
 
 This implementation also writes an optional ``"pandas_dtype"`` per column, which other readers ignore

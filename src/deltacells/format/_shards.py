@@ -28,7 +28,7 @@ def shard_tiles(fields: ManifestFields, shard: int) -> range:
 
 
 def check_fingerprint(schema_text: str, fields: ManifestFields) -> Checker[None]:
-    """``obs_fingerprint`` against the schema text, ``tile_cells`` and the shard SHA-256s (DECISIONS.md 1)."""
+    """``obs_fingerprint`` against the schema, ``tile_cells`` and the shards' hashes (docs/format.md, decision 1)."""
     if fields.obs_fingerprint is None or fields.tile_cells is None or fields.obs_shard_sha256 is None:
         return
     digest = obs_fingerprint(schema_text, fields.tile_cells.tolist(), fields.obs_shard_sha256)

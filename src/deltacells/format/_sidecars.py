@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GENE_ORDER_DTYPE", "check_gene_order", "check_var_names", "check_var_table"]
 
-#: FORMAT.md: ``gene_order.npy`` is an int32 array (all integers of the format are little-endian).
+#: docs/format.md: ``gene_order.npy`` is an int32 array (all integers of the format are little-endian).
 GENE_ORDER_DTYPE = np.dtype("<i4")
 
 

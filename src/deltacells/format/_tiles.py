@@ -1,4 +1,4 @@
-"""The rules of a tile against the manifest: its size, cells, nonzeros and genes (FORMAT.md, DECISIONS.md 5)."""
+"""The rules of a tile against the manifest: its size, cells, nonzeros and genes (docs/format.md, decision 5)."""
 
 from __future__ import annotations
 

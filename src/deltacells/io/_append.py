@@ -1,4 +1,4 @@
-"""``write_deltacells(adata, path, append=True)``: an AnnData's cells added after a dataset's (DECISIONS.md 17).
+"""``write_deltacells(adata, path, append=True)``: cells added after a dataset's (docs/format.md, decision 17).
 
 Genes are matched by name to the dataset's (any order; the dataset's gene order and var stay as they are), obs
 columns by name and kind (``deltacells.obs._append``), the per-cell elements beside the tiles grow by a part

@@ -1,4 +1,4 @@
-"""``read_deltacells`` of several datasets (DECISIONS.md 16): one lazy AnnData over a collection.
+"""``read_deltacells`` of several datasets (docs/format.md, decision 16): one lazy AnnData over a collection.
 
 The datasets are opened at once (their manifests and gene tables fetched concurrently), their genes joined
 as :func:`anndata.concat` joins them (the intersection or the union of the var names, or of a var column),
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from deltacells._checks import check_choice, check_names
 from deltacells._threads import map_members
 from deltacells.dataset import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
@@ -83,9 +84,7 @@ def open_collection(
     UnknownKeyError
         If ``var_key`` is not a var column of every dataset.
     """
-    if join not in JOINS:
-        msg = f"join must be 'inner' or 'outer' (as anndata.concat's), got {join!r}"
-        raise InvalidValueError(msg)
+    check_choice("join", join, JOINS, hint="as anndata.concat's")
     sources = list(sources)
     if not sources:
         msg = "a collection needs at least one dataset"
@@ -166,9 +165,8 @@ def read_collection(
     )  # fmt: skip
     from deltacells.obs import CollectionObs
 
-    if isinstance(obs_columns, str):
-        msg = f"obs columns must be a list of column names, not the string {obs_columns!r}"
-        raise InvalidTypeError(msg)
+    if obs_columns is not None:
+        check_names("obs_columns", obs_columns, of="column names")
     store = CollectionObs(
         opened.collection, opened.keys, label=label, join=join, columns=obs_columns, names=obs_names,
         index_unique=index_unique, cache_dir=cache_dir, verify=verify_obs,
@@ -216,10 +214,7 @@ def _keys(sources: list[Any], keys: Sequence[str] | None) -> list[str]:
             msg = f"datasets share a name ({', '.join(repeated[:3])}): pass keys= to name each one"
             raise InvalidValueError(msg)
         return names
-    if isinstance(keys, str):
-        msg = f"keys must be a sequence of names, one per dataset, not the string {keys!r}"
-        raise InvalidTypeError(msg)
-    names = [str(key) for key in keys]
+    names = [str(key) for key in check_names("keys", keys)]
     if len(names) != len(sources):
         msg = f"keys names {len(names)} datasets, but there are {len(sources)}"
         raise InvalidValueError(msg)

@@ -1,4 +1,4 @@
-"""X as a :class:`dask.array.Array` of CSR blocks: one block per tile, or per run of whole tiles (DECISIONS.md 14).
+"""X as a :class:`dask.array.Array` of CSR blocks, a tile or a run of whole tiles each (docs/format.md, decision 14).
 
 The array is made with :func:`dask.array.map_blocks` and no input array (dask's documented way to make an
 array from scratch): each block's task holds a :class:`BlockSource` (the dataset's store, which pickles to
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._checks import is_integer
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io._dask_blocks import block_class, register_with_dask
 
@@ -69,8 +70,8 @@ def parse_chunks(chunks: Any, *, allow_none: bool = True) -> str | int | None:
             return chunks
         msg = f"chunks must be {accepted}; got the string {chunks!r}"
         raise InvalidValueError(msg)
-    if isinstance(chunks, (bool, np.bool_)) or not isinstance(chunks, (int, np.integer)):
-        msg = f"chunks must be {accepted}; got {chunks!r} of type {type(chunks).__name__}"
+    if not is_integer(chunks):
+        msg = f"chunks must be {accepted}; got {chunks!r} ({type(chunks).__name__})"
         raise InvalidTypeError(msg)
     if chunks < 1:
         msg = f"chunks must be {accepted}; got {int(chunks)} (a block holds at least one tile)"

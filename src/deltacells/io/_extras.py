@@ -2,7 +2,7 @@
 
 ``write_deltacells`` stores the count matrix in the tiles, obs and var in their files, and every other
 element (obsm, varm, obsp, varp, uns, the other layers, raw, and X when the counts came from a layer or raw)
-in the zarr group ``anndata.zarr`` (DECISIONS.md 15; the layout is :mod:`deltacells.format._extras`'s). The
+in the zarr group ``anndata.zarr`` (docs/format.md, decision 15; the layout is :mod:`deltacells.format._extras`'s). The
 group's metadata is consolidated, so that opening it is one read, on a disk or in a bucket.
 
 ``read_deltacells`` reads ``uns`` and every element of at most :data:`IN_MEMORY_BYTES` into memory, and the

@@ -1,6 +1,6 @@
 """The per-cell elements beside the tiles across appends: each append's part written, and the parts read as one.
 
-An append (DECISIONS.md 17) writes the new cells' obsm and obsp elements into a group of their own,
+An append (docs/format.md, decision 17) writes the new cells' obsm and obsp elements into a group of their own,
 ``anndata.zarr/parts/<version>`` (``deltacells.format._extras``), so that no object of the dataset's existing
 elements is rewritten and an append costs what its own cells do. Reading puts the parts together: obsm's rows
 one after the other (dask's concatenation when an element is read lazily), obsp's graphs block-diagonally
@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from deltacells._checks import check_choice
 from deltacells.errors import InvalidValueError
 from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of
 from deltacells.format._problems import first_problem_raises
@@ -56,9 +57,7 @@ def part_writer(
         where they were, if the dataset holds per-cell elements an append cannot grow (layers, raw, an X
         beside the tiles), or if there are graphs (obsp) and ``obsp`` is not ``"block_diagonal"``.
     """
-    if obsp not in OBSP_CHOICES:
-        msg = f"obsp must be one of {OBSP_CHOICES}, got {obsp!r}"
-        raise InvalidValueError(msg)
+    check_choice("obsp", obsp, OBSP_CHOICES)
     base = stored_extras(manifest)
     given = sorted(path for path in elements if path.partition("/")[0] in PER_CELL)
     if base is None:

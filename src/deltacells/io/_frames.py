@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from deltacells.errors import InvalidTypeError, UnknownKeyError
+from deltacells._checks import check_names
+from deltacells.errors import UnknownKeyError
 from deltacells.io._names import default_names
 from deltacells.io._var_frame import string_values, var_frame
 
@@ -70,9 +71,8 @@ def obs_store_and_columns(
     dataset: Dataset, columns: Sequence[str] | None, *, cache_dir: Any, verify: bool
 ) -> tuple[Any, list[str]]:
     """The dataset's :class:`~deltacells.obs.ObsStore` (``None`` without obs) and the columns asked for, checked."""
-    if isinstance(columns, str):
-        msg = f"obs columns must be a list of column names, not the string {columns!r}"
-        raise InvalidTypeError(msg)
+    if columns is not None:
+        check_names("obs_columns", columns, of="column names")
     if not dataset.manifest.has_obs:
         if columns:
             msg = f"{dataset.store.url} has no obs table; cannot read columns {list(columns)}"

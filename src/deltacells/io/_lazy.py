@@ -9,6 +9,7 @@ import numpy as np
 from anndata.abc import CSRDataset
 from scipy import sparse
 
+from deltacells._checks import is_integer
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TiledCSRDataset"]
 
-#: dtypes X may be read as (DECISIONS.md 9).
+#: dtypes X may be read as (docs/format.md, decision 9).
 READ_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64))
 
 
@@ -180,7 +181,7 @@ class TiledCSRDataset(CSRDataset):
         rows, cols = _split_index(index, self.shape)
         rows = _check_index_kind(rows, "row")
         cols = _check_index_kind(cols, "column")
-        if _is_int(rows) and _is_int(cols):
+        if is_integer(rows) and is_integer(cols):
             column = normalize_rows(cols, self.shape[1], what="column")
             return self._dataset.read_rows(rows, dtype=self._dtype)[0, int(column[0])]
         matrix = self._dataset.read_rows(rows, dtype=self._dtype)
@@ -270,7 +271,7 @@ def _check_index_kind(part: Any, what: str) -> Any:
 
     A one-dimensional sparse boolean array (which anndata's backed datasets accept) becomes dense.
     """
-    if isinstance(part, slice) or _is_int(part):
+    if isinstance(part, slice) or is_integer(part):
         return part
     if sparse.issparse(part):
         if part.ndim == 1:
@@ -285,10 +286,6 @@ def _check_index_kind(part: Any, what: str) -> Any:
         msg = f"{what}s must be selected by integers, slices or a boolean mask, not {arr.dtype}"
         raise OutOfRangeError(msg)
     return part
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:

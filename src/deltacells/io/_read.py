@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 
+from deltacells._checks import is_bool
 from deltacells._kernel_loading import prepare_kernels
 from deltacells.dataset import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
@@ -62,7 +63,7 @@ def read_deltacells(
     ``adata[cells].X``, ``adata[cells].to_memory()`` or ``adata.X[cells]`` decode only
     the tiles that hold the requested cells.
 
-    A list (or tuple) of datasets opens them as one collection (DECISIONS.md 16): their cells one after the
+    A list (or tuple) of datasets opens them as one collection (docs/format.md, decision 16): their cells one after the
     other in the order given, their genes joined as :func:`anndata.concat` joins them (``join``), each
     dataset's stored columns mapped to the join's as its tiles decode, and obs joined by
     :func:`anndata.concat` itself, with a ``label`` column saying which dataset each cell came from. See the
@@ -100,7 +101,7 @@ def read_deltacells(
         The most requests in flight at once, apart from the decoding threads (default: 32 on object storage
         and other remote filesystems, 8 on a local disk).
     gene_order
-        ``"original"`` (default): genes in the order of the AnnData that was written (DECISIONS.md 13); the
+        ``"original"`` (default): genes in the order of the AnnData that was written (docs/format.md, decision 13); the
         stored column numbers are mapped back through ``gene_order.npy`` while rows are copied, and var
         follows, so a round trip gives back the AnnData that was written. Each row's columns are then sorted
         again (canonical CSR, as scipy makes it; a linear pass per row). ``"stored"``: genes as stored, by
@@ -122,7 +123,7 @@ def read_deltacells(
         pickle to the dataset's URL and options, so dask.distributed workers read the tiles themselves. Needs
         ``dask[array]``. Same as ``X.to_dask(chunks)`` on the lazy ``X``.
     extras
-        Give back the rest of the AnnData the dataset was written from (``anndata.zarr``, DECISIONS.md 15):
+        Give back the rest of the AnnData the dataset was written from (``anndata.zarr``, docs/format.md, decision 15):
         obsm, varm, obsp, varp, uns, layers and raw, and the tiles' matrix where it was (X, a layer or raw.X).
         ``uns`` and elements of up to 64 MiB are read into memory, larger ones lazily as dask arrays (their
         rows are read when a subset is brought into memory). ``False``: X is the tiles' matrix, with obs and
@@ -400,8 +401,8 @@ def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:
     """Whether obs is read lazily: as asked, or (``None``) when there are more than :data:`LAZY_OBS_MIN_CELLS` cells."""
     if lazy_obs is None:
         return n_cells > LAZY_OBS_MIN_CELLS
-    if not isinstance(lazy_obs, (bool, np.bool_)):
-        msg = f"lazy_obs must be True, False or None (lazy above {LAZY_OBS_MIN_CELLS:,} cells), not {lazy_obs!r}"
+    if not is_bool(lazy_obs):
+        msg = f"lazy_obs must be True, False or None (lazy above {LAZY_OBS_MIN_CELLS:,} cells), got {lazy_obs!r}"
         raise InvalidTypeError(msg)
     return bool(lazy_obs)
 

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from deltacells._checks import check_names
 from deltacells.codec._encode import Level, resolve_level
 from deltacells.dataset import DatasetWriter
 from deltacells.dataset._output import check_output, holds_dataset
-from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError, warn
+from deltacells.errors import InvalidValueError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
 from deltacells.io._extras import collect_extras, write_extras
 from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
@@ -108,10 +109,10 @@ def write_deltacells(
     extras
         Also store every other element of the AnnData (obsm, varm, obsp, varp, uns, the layers not written to
         the tiles, raw, and X when the counts come from ``layer=`` or ``raw=True``) with anndata's own element
-        writer, in the zarr group ``anndata.zarr`` beside the tiles (DECISIONS.md 15), so that
+        writer, in the zarr group ``anndata.zarr`` beside the tiles (docs/format.md, decision 15), so that
         :func:`read_deltacells` gives the whole AnnData back. ``False`` stores the counts, obs and var only.
     append
-        Add ``adata``'s cells after the cells of the dataset at ``path`` (DECISIONS.md 17; a path without a
+        Add ``adata``'s cells after the cells of the dataset at ``path`` (docs/format.md, decision 17; a path without a
         dataset gets a new one). Genes are matched by name (any order; the dataset's gene order and var are
         kept), obs columns by name and kind (a categorical's vocabulary grows; obs names must stay unique), the
         last partial tile is completed, and obsm grows with the cells. The dataset's own settings
@@ -278,9 +279,8 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
             obs = pd.DataFrame(index=index.rename(None if index.name == "_index" else index.name))
         else:
             obs = (obs if present is None else obs[present]).to_memory()
-    if isinstance(obs_columns, str):
-        msg = f"obs_columns must be a list of column names, not the string {obs_columns!r}"
-        raise InvalidTypeError(msg)
+    if obs_columns is not None:
+        check_names("obs_columns", obs_columns, of="column names")
     if obs_columns is not None:
         missing = [c for c in obs_columns if c not in obs.columns]
         if missing:

@@ -15,9 +15,10 @@ import numpy as np
 from numpy.typing import DTypeLike
 from scipy import sparse
 
+from deltacells._checks import check_integer, check_names
 from deltacells._threads import default_threads
 from deltacells.dataset import Collection
-from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.errors import InvalidValueError
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
@@ -205,26 +206,27 @@ class CellLoader:
         label: str | None = "dataset",
         weights: Sequence[float] | None = None,
     ) -> None:
-        self.batch_size = _positive("batch_size", batch_size)
+        self.batch_size = check_integer("batch_size", batch_size, minimum=1)
         check_output(output)
         self.output = output
         self.dtype = np.dtype(dtype)
         self.shuffle = bool(shuffle)
-        self.seed = _non_negative("seed", seed)
+        self.seed = check_integer("seed", seed, minimum=0)
         self.drop_last = bool(drop_last)
-        self.prefetch = _positive("prefetch", prefetch)
+        self.prefetch = check_integer("prefetch", prefetch, minimum=1)
         self._source: LoaderSource = resolve_source(
             source, cells=cells, gene_order=gene_order, storage_options=storage_options, cache_dir=cache_dir,
             verify=verify, threads=threads, join=join, var_key=var_key, keys=keys, label=label,
         )  # fmt: skip
         self.block_size: int | str = _block_size(block_size)
         default_buffer = max(DEFAULT_BUFFER_BATCHES * self.batch_size, DEFAULT_MIN_BUFFER)
-        self.buffer_size = _positive("buffer_size", default_buffer if buffer_size is None else buffer_size)
-        self.group_tiles = _non_negative(
-            "group_tiles", _default_group_tiles(self.dataset) if group_tiles is None else group_tiles
+        self.buffer_size = check_integer(
+            "buffer_size", default_buffer if buffer_size is None else buffer_size, minimum=1
         )
+        group_tiles = _default_group_tiles(self.dataset) if group_tiles is None else group_tiles
+        self.group_tiles = check_integer("group_tiles", group_tiles, minimum=0)
         self.rank, self.world_size = _rank_and_world_size(rank, world_size)
-        self.obs_columns = _obs_columns(obs_columns)
+        self.obs_columns = check_names("obs_columns", obs_columns, of="column names")
         self._obs_store = self._open_obs() if self.obs_columns else None
         if self.block_size == CHUNK_BLOCKS:
             self._blocks = blocks_between(self._source.chunk_bounds(), self._source.tile_bounds())
@@ -291,7 +293,7 @@ class CellLoader:
         It reaches the ``DataLoader`` workers of :meth:`dataloader` too, those started for the next
         iteration and those kept from earlier ones (``persistent_workers=True``).
         """
-        self.epoch = _non_negative("epoch", epoch)
+        self.epoch = check_integer("epoch", epoch, minimum=0)
         self._batches_done = 0
         self._resume_at = 0
         self._order_shares = 0
@@ -375,8 +377,10 @@ class CellLoader:
         if not 0 <= done <= len(self):
             msg = f"batches_done must be 0 .. {len(self)}, got {done}"
             raise InvalidValueError(msg)
-        shares = _positive("workers", state.get("workers", 1))  # states without it: one share (no workers)
-        self.epoch = _non_negative("epoch", state["epoch"])
+        shares = check_integer(
+            "workers", state.get("workers", 1), minimum=1
+        )  # states without it: one share (no workers)
+        self.epoch = check_integer("epoch", state["epoch"], minimum=0)
         self._batches_done = self._resume_at = done
         self._order_shares = shares if done else 0
         self._publish()
@@ -714,8 +718,8 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
     if rank is None or world_size is None:
         msg = "pass both rank and world_size, or neither (then torch.distributed's, if initialised, are used)"
         raise InvalidValueError(msg)
-    world_size = _positive("world_size", world_size)
-    rank = _non_negative("rank", rank)
+    world_size = check_integer("world_size", world_size, minimum=1)
+    rank = check_integer("rank", rank, minimum=0)
     if rank >= world_size:
         msg = f"rank must be 0 .. world_size - 1 ({world_size - 1}), got {rank}"
         raise InvalidValueError(msg)
@@ -738,31 +742,4 @@ def _block_size(value: Any) -> int | str:
     if isinstance(value, str):
         msg = f"block_size must be 'chunk' (blocks of one chunk of a tile) or a positive int, got {value!r}"
         raise InvalidValueError(msg)
-    return _positive("block_size", value)
-
-
-def _obs_columns(columns: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(columns, str):
-        msg = f"obs_columns must be a list of column names, not the string {columns!r}"
-        raise InvalidTypeError(msg)
-    return tuple(columns)
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be a positive int, got {value!r}"
-        raise InvalidTypeError(msg)
-    if value < 1:
-        msg = f"{name} must be at least 1, got {value}"
-        raise InvalidValueError(msg)
-    return int(value)
-
-
-def _non_negative(name: str, value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        msg = f"{name} must be a non-negative int, got {value!r}"
-        raise InvalidTypeError(msg)
-    if value < 0:
-        msg = f"{name} must be 0 or more, got {value}"
-        raise InvalidValueError(msg)
-    return int(value)
+    return check_integer("block_size", value, minimum=1)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from deltacells.errors import InvalidValueError
+from deltacells._checks import check_choice
 
 __all__ = ["OUTPUTS", "SPARSE_OUTPUTS", "check_output", "convert"]
 
@@ -26,9 +26,7 @@ SPARSE_OUTPUTS = frozenset({"scipy", "torch_sparse"})
 
 def check_output(output: str) -> None:
     """Raise for an unknown ``output``, or a torch output without torch installed."""
-    if output not in OUTPUTS:
-        msg = f"output must be one of {', '.join(map(repr, OUTPUTS))}; got {output!r}"
-        raise InvalidValueError(msg)
+    check_choice("output", output, OUTPUTS)
     if output.startswith("torch"):
         try:
             import torch  # noqa: F401

@@ -1,6 +1,6 @@
 """Appending to obs: the new cells' rows encoded to the stored schema, the last shard rewritten, new shards added.
 
-The schema stays what it is (DECISIONS.md 17): columns are matched by name and kind; a categorical's
+The schema stays what it is (docs/format.md, decision 17): columns are matched by name and kind; a categorical's
 vocabulary grows by the new categories at its end, so that every stored code keeps its meaning and only the
 shard that holds the dataset's last tiles is rewritten (with its rows as they are, plus the new ones). When
 the vocabulary outgrows its code type (int8 to int16, say) every shard is rewritten with wider codes, the

@@ -1,6 +1,6 @@
 """The local obs cache: columns localized once per node, then memory-mapped.
 
-FORMAT.md, "Local cache": the first time a column is asked for, only its column chunks are read from
+docs/format.md, "The local cache": the first time a column is asked for, only its column chunks are read from
 the shards and written to ``<cache>/<fingerprint>/obs/<url-quoted name>.arrow``, an uncompressed Arrow
 IPC file with one record batch per tile, through a temporary file and a rename, under a lock file, so
 that concurrent processes on a node fetch each column once.
@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 from filelock import FileLock
 
+from deltacells._checks import check_names
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError, ObsCacheError
 from deltacells.format import (
     INDEX_COLUMN,
@@ -230,9 +231,8 @@ class ObsStore:
         ValueError
             For a column asked for twice.
         """
-        if isinstance(columns, str):
-            msg = f"columns must be a list of column names, not the string {columns!r}"
-            raise InvalidTypeError(msg)
+        if columns is not None:
+            check_names("columns", columns, of="column names")
         names = self.columns if columns is None else list(columns)
         self._check_names(names)
         if len(set(names)) != len(names):

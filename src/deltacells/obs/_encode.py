@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from deltacells._checks import is_bool
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import INDEX_COLUMN, ObsColumn
 from deltacells.obs._dtypes import string_hint
@@ -72,7 +73,7 @@ def _unsupported(name: str, dtype: Any, why: str = "") -> str:
 
 
 def encode_index(index: pd.Index) -> tuple[ObsColumn, pa.Array]:
-    """The obs names as column ``_index`` (kind string; DECISIONS.md 2), every label made a string."""
+    """The obs names as column ``_index`` (kind string; docs/format.md, decision 2), every label made a string."""
     if pd.api.types.is_string_dtype(index.dtype) and not index.hasnans:
         values = index.to_numpy(dtype=object)
         if not all(isinstance(v, str) for v in values):
@@ -169,14 +170,14 @@ def _encode_categorical(name: str, series: pd.Series, max_categories: int) -> tu
 
 
 def _category_values(name: str, categories: pd.Index) -> tuple[list[Any], type | None]:
-    """The categories as JSON values of one type (DECISIONS.md 12), or an error naming the column."""
+    """The categories as JSON values of one type (docs/format.md, decision 12), or an error naming the column."""
     values = categories.tolist()
     if not values:
         return [], None
     kinds: set[type] = set()
     converted: list[Any] = []
     for value in values:
-        if isinstance(value, (bool, np.bool_)):
+        if is_bool(value):
             kinds.add(bool)
             converted.append(bool(value))
         elif isinstance(value, (int, np.integer)):

@@ -45,7 +45,7 @@ PARQUET_MAGIC = b"PAR1"
 #: Bytes read at least from a shard's tail to find its footer (pyarrow's own first read is as long).
 FOOTER_TAIL = 64 * 1024
 
-#: Estimated footer bytes per column chunk (without statistics, as FORMAT.md recommends: ~70 seen), so that
+#: Estimated footer bytes per column chunk (without statistics, as docs/format.md recommends: ~70 seen), so that
 #: the first read of the tail holds the whole footer of a shard of many row groups.
 FOOTER_BYTES_PER_CHUNK = 96
 

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from deltacells._checks import check_integer
 from deltacells._parquet import parquet_write_options
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsSchema, obs_fingerprint, obs_shard_path
@@ -108,8 +109,8 @@ def write_obs(
         msg = f"obs must be a pandas DataFrame, not {type(obs).__name__}"
         raise InvalidTypeError(msg)
     cells = _check_tile_cells(tile_cells)
-    per_file = _positive_int(obs_tiles_per_file, "obs_tiles_per_file", minimum=1)
-    max_categories = _positive_int(max_categories, "max_categories", minimum=0)
+    per_file = check_integer("obs_tiles_per_file", obs_tiles_per_file, minimum=1)
+    max_categories = check_integer("max_categories", max_categories, minimum=0)
     if len(obs) != int(cells.sum()):
         msg = f"obs has {len(obs)} rows but the tiles hold {int(cells.sum())} cells; obs needs one row per cell"
         raise InvalidValueError(msg)
@@ -209,13 +210,6 @@ def _check_tile_cells(tile_cells: Any) -> np.ndarray:
         msg = f"tile_cells must all be >= 1, got {int(cells.min())}"
         raise InvalidValueError(msg)
     return cells
-
-
-def _positive_int(value: Any, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        msg = f"{name} must be an integer >= {minimum}, got {value!r}"
-        raise InvalidValueError(msg)
-    return int(value)
 
 
 def check_obs(obs: pd.DataFrame, *, max_categories: int = DEFAULT_MAX_CATEGORIES) -> ObsSchema:

@@ -4,8 +4,8 @@
 moves), :class:`FsspecStore` implements it for any fsspec URL, :class:`PrefixStore` is a view of one
 prefix of another store, :class:`StoreFile` is a seekable file made of ranged reads (for parquet),
 and :func:`open_store` turns a path, URL or store into a store; :func:`zarr_store` opens a location of
-one as a zarr store (for anndata's elements). ``Store`` is the older name of
-:class:`FsspecStore`. Every store pickles to its URL and options (never an open handle or cached
+one as a zarr store (for anndata's elements).
+Every store pickles to its URL and options (never an open handle or cached
 data), so that dask workers and data-loader processes can each open their own.
 """
 
@@ -19,15 +19,12 @@ from deltacells.storage._open import open_store
 from deltacells.storage._prefix import PrefixStore
 from deltacells.storage._zarr import zarr_store
 
-Store = FsspecStore
-
 __all__ = [
     "BaseStore",
     "ByteRequest",
     "FsspecStore",
     "PrefixStore",
     "RetryPolicy",
-    "Store",
     "StoreFile",
     "open_store",
     "zarr_store",

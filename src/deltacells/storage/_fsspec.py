@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from deltacells.errors import InvalidValueError, OutputExistsError
+from deltacells._checks import check_integer
+from deltacells.errors import OutputExistsError
 from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, DEFAULT_LOCAL_IO_CONCURRENCY, BaseStore
 from deltacells.storage._faults import RetryPolicy, is_transient, translate
 
@@ -156,9 +157,8 @@ class FsspecStore(BaseStore):
         io_concurrency: int | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        if io_concurrency is not None and (not isinstance(io_concurrency, int) or io_concurrency < 1):
-            msg = f"io_concurrency must be a positive integer, got {io_concurrency!r}"
-            raise InvalidValueError(msg)
+        if io_concurrency is not None:
+            io_concurrency = check_integer("io_concurrency", io_concurrency, minimum=1)
         self._io_concurrency = io_concurrency
         self.retry = retry or RetryPolicy()
         url = os.fspath(url)

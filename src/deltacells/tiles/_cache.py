@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.errors import InvalidValueError
+from deltacells._checks import check_choice, check_integer
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile
@@ -99,13 +99,8 @@ class TileCache:
     """
 
     def __init__(self, max_bytes: int, *, policy: str = "slru") -> None:
-        if max_bytes < 0:
-            msg = f"tile cache size must be >= 0 bytes, got {max_bytes}"
-            raise InvalidValueError(msg)
-        if policy not in CACHE_POLICIES:
-            msg = f"tile cache policy must be one of {', '.join(map(repr, CACHE_POLICIES))}, got {policy!r}"
-            raise InvalidValueError(msg)
-        self.max_bytes = int(max_bytes)
+        self.max_bytes = check_integer("tile_cache_bytes", max_bytes, minimum=0)
+        check_choice("tile_cache_policy", policy, CACHE_POLICIES)
         self.policy = policy
         self.hits = 0
         self.misses = 0

@@ -1,7 +1,7 @@
 """Where the chunks of a dataset's tiles start: from each tile's header and chunk table, nothing decoded.
 
 A chunk is the unit of decoding: reading one cell of it decompresses all of it. The writer cuts tiles into
-chunks of about equal nonzeros (DECISIONS.md 3), so chunk boundaries are not at round numbers of cells and
+chunks of about equal nonzeros (docs/format.md, decision 3), so chunk boundaries are not at round numbers of cells and
 are not in the manifest. A reader that wants each chunk decoded once per pass (a training loader cutting
 the cells into blocks) reads them here: the first ``64 + 96 * n_chunks`` bytes of every tile (its header
 and chunk table: under a kilobyte for the writer's 8 chunks), many requests in flight at once.

@@ -1,4 +1,4 @@
-"""Checking and normalising blocks of a user's count matrix before they are encoded (DECISIONS.md 8)."""
+"""Checking and normalising blocks of a user's count matrix before they are encoded (docs/format.md, decision 8)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._checks import check_integer
 from deltacells._threads import default_threads
 from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, resolve_level
 from deltacells.errors import InvalidValueError
@@ -207,15 +208,9 @@ class TileList:
 
 def check_tile_settings(n_genes: int, *, tile_size: int, n_chunks: int) -> None:
     """Raise :class:`ValueError` for settings no tile can have (no gene, no cell per tile, no chunk)."""
-    if not 1 <= int(n_genes) <= 2**31:
-        msg = f"n_genes must be 1 .. 2^31, got {n_genes} (a dataset needs at least one gene)"
-        raise InvalidValueError(msg)
-    if int(tile_size) < 1:
-        msg = f"tile_size must be a positive number of cells, got {tile_size}"
-        raise InvalidValueError(msg)
-    if int(n_chunks) < 1:
-        msg = f"n_chunks must be at least 1, got {n_chunks}"
-        raise InvalidValueError(msg)
+    check_integer("n_genes", n_genes, minimum=1, maximum=2**31, hint="a dataset needs at least one gene")
+    check_integer("tile_size", tile_size, minimum=1, hint="cells per tile")
+    check_integer("n_chunks", n_chunks, minimum=1, hint="chunks per tile")
 
 
 class TileWriter:

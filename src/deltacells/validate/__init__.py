@@ -4,7 +4,7 @@
 problem, it collects every problem it finds (the object at fault and what is wrong with it) and returns
 them in a :class:`ValidationReport`; it never raises for a malformed dataset.
 
-What is checked (FORMAT.md, DECISIONS.md):
+What is checked (docs/format.md):
 
 * ``manifest.json``: present, JSON, the right format and version, every field and the counts consistent
   with each other. When the strict parse fails, the fields that can still be read are used for the

@@ -30,6 +30,7 @@ from anndata.experimental.backed import Dataset2D
 from xarray.core.extension_array import PandasExtensionArray
 from xarray.core.indexing import LazilyIndexedArray
 
+from deltacells._checks import is_integer
 from deltacells.errors import InvalidValueError
 from deltacells.format import INDEX_COLUMN
 from deltacells.io._lazy_obs._backend import (
@@ -408,7 +409,7 @@ class _Iloc:
             else:
                 msg = f"too many indexers for a lazy obs: {len(key)} (rows and columns at most)"
                 raise IndexError(msg)
-        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        if is_integer(key):
             n = len(frame)
             if not -n <= key < n:
                 msg = f"row {key} is out of range for {n:,} rows"
