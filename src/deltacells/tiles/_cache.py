@@ -100,7 +100,7 @@ class TileCache:
 
     def __init__(self, max_bytes: int, *, policy: str = "slru") -> None:
         self.max_bytes = check_integer("tile_cache_bytes", max_bytes, minimum=0)
-        check_choice("tile_cache_policy", policy, CACHE_POLICIES)
+        check_choice("cache_policy", policy, CACHE_POLICIES)
         self.policy = policy
         self.hits = 0
         self.misses = 0
