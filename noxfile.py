@@ -64,7 +64,7 @@ def tests(session: nox.Session) -> None:
 
 #: The least share of ``src/deltacells``'s statements the test suite must run (``nox -s coverage``): the figure
 #: measured when the session was added, rounded down, so that a change that leaves code untested fails.
-COVERAGE_MIN = 90
+COVERAGE_MIN = 92
 
 
 @nox.session(python=PYTHONS[-1])
