@@ -23,7 +23,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: A name is a subpackage (``deltacells/codec/``) or a top-level module (``deltacells/errors.py``);
 #: ``__init__`` is the package root, ``deltacells/__init__.py``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_jit", "_json", "_kernel_loading", "_lazy", "_memory", "_parquet", "_threads", "_version"),  # the base
+    # the base
+    ("errors", "_jit", "_json", "_kernel_loading", "_lazy", "_memory", "_parquet", "_sparse", "_threads", "_version"),
     ("codec",),
     ("format",),
     ("storage",),

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._sparse import issparse
+
 __all__ = ["CSRArrayBlock", "CSRMatrixBlock", "block_class", "register_with_dask"]
 
 
@@ -34,7 +36,7 @@ def _kept(result: Any, axis: int | None, keepdims: bool) -> Any:
     """``result`` of a reduction along ``axis``, as numpy gives it with ``keepdims``."""
     if not keepdims:
         return result
-    values = np.asarray(result.toarray() if sparse.issparse(result) else result)
+    values = np.asarray(result.toarray() if issparse(result) else result)
     if axis is None:
         return values.reshape(1, 1)
     return values.reshape((1, -1) if axis == 0 else (-1, 1))

@@ -9,6 +9,7 @@ import numpy as np
 from anndata.abc import CSRDataset
 from scipy import sparse
 
+from deltacells._sparse import issparse
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
 
@@ -272,7 +273,7 @@ def _check_index_kind(part: Any, what: str) -> Any:
     """
     if isinstance(part, slice) or _is_int(part):
         return part
-    if sparse.issparse(part):
+    if issparse(part):
         if part.ndim == 1:
             return part.toarray()
         msg = f"cannot select {what}s with a 2-D sparse matrix of shape {part.shape}; pass a 1-D array (.toarray())"
@@ -314,7 +315,7 @@ def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:
 
 def _flatten(part: Any) -> Any:
     """``np.ix_`` gives (n, 1) and (1, m) arrays: flatten 2-D index arrays with one long axis."""
-    if isinstance(part, (slice, int, np.integer)) or part is None or sparse.issparse(part):
+    if isinstance(part, (slice, int, np.integer)) or part is None or issparse(part):
         return part
     arr = np.asarray(part)
     if arr.ndim == 2 and 1 in arr.shape:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._sparse import issparse
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
 
@@ -39,7 +40,7 @@ class MatrixSource:
     def blocks(self, block_rows: int) -> Iterator[Any]:
         """Yield consecutive blocks of about ``block_rows`` selected rows (sparse or dense)."""
         matrix = self.matrix
-        if sparse.issparse(matrix) and matrix.format != "csr":
+        if issparse(matrix) and matrix.format != "csr":
             # Row slices of CSC/COO are slow; one conversion of an in-memory matrix is not.
             matrix = sparse.csr_matrix(matrix)
         for rows in _row_chunks(self.rows, block_rows, matrix):
@@ -126,7 +127,7 @@ def is_dask(matrix: Any) -> bool:
 
 def _read_rows(matrix: Any, rows: np.ndarray | slice) -> Any:
     """``matrix[rows]`` in memory, for every kind of matrix AnnData holds."""
-    if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not sparse.issparse(matrix):
+    if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not issparse(matrix):
         # On-disk arrays (h5py, backed sparse) want increasing, unique indices: read those, then reorder.
         unique, inverse = np.unique(rows, return_inverse=True)
         block = _materialize(matrix[unique])
