@@ -1,21 +1,17 @@
-"""scipy's ``issparse``, typed so that the type checker knows what it found."""
+"""scipy's ``issparse``, without the narrowing that its type stubs attach to it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scipy import sparse
-
-if TYPE_CHECKING:
-    from typing_extensions import TypeIs
 
 __all__ = ["issparse"]
 
 
-def issparse(x: object) -> TypeIs[sparse.sparray | sparse.spmatrix]:
+def issparse(x: object) -> bool:
     """Whether ``x`` is a scipy sparse array or matrix (:func:`scipy.sparse.issparse`).
 
-    scipy-stubs narrow :func:`scipy.sparse.issparse` to an abstract class without attributes; this one narrows
-    to scipy's sparse arrays and matrices, whose ``format``, ``shape`` and methods are then known.
+    scipy-stubs make :func:`scipy.sparse.issparse` narrow its argument to an abstract class without attributes
+    (not even ``format`` or ``shape``), which hides what the callers then use; this one leaves the argument's
+    type as it was.
     """
     return sparse.issparse(x)
