@@ -377,7 +377,8 @@ def var_table_bytes(var: pd.DataFrame) -> bytes:
         raise InvalidValueError(msg) from exc
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **parquet_write_options(table.schema))
-    return sink.getvalue().to_pybytes()
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
 
 
 def _check_gene_order(gene_order: np.ndarray | None, n_genes: int) -> np.ndarray | None:
@@ -415,7 +416,8 @@ def _json_object(metadata: dict[str, Any] | None) -> dict[str, Any]:
         msg = f"metadata must be a dict (a JSON object), got {type(metadata).__name__}"
         raise InvalidTypeError(msg)
     try:
-        return json.loads(json.dumps(metadata))
+        copied: dict[str, Any] = json.loads(json.dumps(metadata))  # a JSON object in, a JSON object out
+        return copied
     except (TypeError, ValueError) as exc:
         msg = f"metadata must be JSON-serialisable: {exc}"
         raise InvalidTypeError(msg) from exc
