@@ -41,6 +41,8 @@ from deltacells.tiles import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import pandas as pd
 
 __all__ = ["DatasetWriter", "var_table_bytes"]
@@ -118,7 +120,7 @@ class DatasetWriter:
         n_chunks: int = DEFAULT_N_CHUNKS,
         level: Level = DEFAULT_LEVEL,
         gene_order: np.ndarray | None = None,
-        var_names: list[str] | np.ndarray | None = None,
+        var_names: Iterable[str] | None = None,
         obs: pd.DataFrame | None = None,
         var: pd.DataFrame | None = None,
         obs_tiles_per_file: int = 1000,
@@ -395,7 +397,7 @@ def _check_gene_order(gene_order: np.ndarray | None, n_genes: int) -> np.ndarray
     return order.astype(np.int32)
 
 
-def _check_var_names(var_names: list[str] | np.ndarray | None, n_genes: int) -> list[str] | None:
+def _check_var_names(var_names: Iterable[str] | None, n_genes: int) -> list[str] | None:
     if var_names is None:
         return None
     names = [str(name) for name in var_names]

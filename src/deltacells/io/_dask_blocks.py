@@ -66,7 +66,7 @@ class _Reductions:
         return _kept(super().min(axis=axis, out=out, **options), axis, keepdims)  # type: ignore[misc]
 
 
-class CSRMatrixBlock(_Reductions, sparse.csr_matrix):
+class CSRMatrixBlock(_Reductions, sparse.csr_matrix):  # type: ignore[misc]  # scipy-stubs: spmatrix's * is not _spbase's
     """A block of a dask X as :class:`scipy.sparse.csr_matrix`, whose reductions take ``keepdims``."""
 
 
@@ -82,7 +82,8 @@ def block_class(*, sparse_array: bool) -> type[CSRMatrixBlock] | type[CSRArrayBl
 def _concatenate(blocks: list[Any], axis: int = 0) -> CSRMatrixBlock | CSRArrayBlock:
     """Stack blocks along ``axis`` as scipy does, keeping the first block's class (dask's ``concatenate_lookup``)."""
     stack = sparse.vstack if axis == 0 else sparse.hstack
-    return type(blocks[0])(stack(blocks, format="csr"))
+    stacked: CSRMatrixBlock | CSRArrayBlock = type(blocks[0])(stack(blocks, format="csr"))
+    return stacked
 
 
 _registered = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from anndata.abc import CSRDataset
@@ -72,8 +72,8 @@ class TiledCSRDataset(CSRDataset):
         dtype of the values returned: float32 (default), int32, int64 or float64.
     """
 
-    format: ClassVar[str] = "csr"
-    backend = "deltacells"
+    format = "csr"
+    backend = "deltacells"  # type: ignore[assignment, unused-ignore]  # anndata's own datasets' backends only
 
     def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
         self._dataset = dataset
@@ -183,10 +183,12 @@ class TiledCSRDataset(CSRDataset):
         cols = _check_index_kind(cols, "column")
         if _is_int(rows) and _is_int(cols):
             column = normalize_rows(cols, self.shape[1], what="column")
+            assert isinstance(column, np.ndarray)  # an int selects by position
             return self._dataset.read_rows(rows, dtype=self._dtype)[0, int(column[0])]
         matrix = self._dataset.read_rows(rows, dtype=self._dtype)
         if not (isinstance(cols, slice) and cols == slice(None)):
-            matrix = matrix[:, _column_index(cols, self.shape[1])]
+            # scipy-stubs' overloads take an array or a slice of columns, not either
+            matrix = matrix[:, _column_index(cols, self.shape[1])]  # type: ignore[index]
         return _memory_class(matrix)
 
     def to_memory(self) -> sparse.csr_matrix | sparse.csr_array:
@@ -248,8 +250,8 @@ class TiledCSRDataset(CSRDataset):
                 yield block, self._dataset.read_rows(block, dtype=self._dtype)
             return
         for lo in range(0, selected.shape[0], tile_size):
-            block = selected[lo : lo + tile_size]
-            yield block, self._dataset.read_rows(block, dtype=self._dtype)
+            picked = selected[lo : lo + tile_size]
+            yield picked, self._dataset.read_rows(picked, dtype=self._dtype)
 
 
 def _use_sparse_array() -> bool:
