@@ -12,10 +12,10 @@ if TYPE_CHECKING:
 
     from click.decorators import FC
 
-    #: click's parameter types are generic in the value they convert to (in the click that has types).
+    #: A click parameter type converting to ``int`` (recent click's ParamType is generic in the value it gives).
     IntParamType = click.ParamType[int]
 else:
-    IntParamType = click.ParamType  # not subscriptable at run time in every click this package supports
+    IntParamType = click.ParamType  # unsubscripted: not generic at run time in every click this package supports
 
 
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:

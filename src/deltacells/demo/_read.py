@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["choose_subsets", "open_lazily", "read_all", "read_subset", "warm_up"]
 
 
-def lazy_x(back: ad.AnnData) -> tuple[TiledCSRDataset, Dataset]:
+def _lazy_x(back: ad.AnnData) -> tuple[TiledCSRDataset, Dataset]:
     """``back.X``, the lazy matrix of a dataset opened by :func:`open_lazily`, and its dataset."""
     from deltacells.dataset import Dataset
 
@@ -32,7 +32,7 @@ def lazy_x(back: ad.AnnData) -> tuple[TiledCSRDataset, Dataset]:
     return x, x.dataset
 
 
-def in_memory_frame(frame: pd.DataFrame | Any) -> pd.DataFrame:
+def _in_memory_frame(frame: object) -> pd.DataFrame:
     """``frame`` (an AnnData's obs or var), which the demo's AnnData hold in memory, as a pandas DataFrame."""
     import pandas as pd
 
@@ -53,7 +53,7 @@ def open_lazily(path: Path, *, cache_dir: Path, threads: int | None) -> tuple[ad
     opened = Opened(
         n_obs=back.n_obs,
         n_vars=back.n_vars,
-        tiles_decoded=lazy_x(back)[1].tiles_decoded,
+        tiles_decoded=_lazy_x(back)[1].tiles_decoded,
         cache_dir=str(cache_dir),
         seconds=watch.seconds,
     )
@@ -69,7 +69,7 @@ def warm_up(back: ad.AnnData) -> WarmUp:
     decodes straight into its output with another).
     """
     n = back.n_obs
-    x, dataset = lazy_x(back)
+    x, dataset = _lazy_x(back)
     with Stopwatch() as watch:
         x[0]
         x[np.arange(0, n, max(1, n // 16))[::-1]]
@@ -92,7 +92,7 @@ def read_all(back: ad.AnnData, source: ad.AnnData, expected_x: Any) -> FullRead:
     expected_x
         The source's X (genes in its own order, as they are read back).
     """
-    x, lazy = lazy_x(back)
+    x, lazy = _lazy_x(back)
     before = lazy.tiles_decoded
     with Stopwatch() as first:
         full = x[:]
@@ -105,8 +105,8 @@ def read_all(back: ad.AnnData, source: ad.AnnData, expected_x: Any) -> FullRead:
         seconds=first.seconds,
         seconds_again=again.seconds,
         same_x=same_matrix(full, expected_x),
-        same_obs=same_frame(in_memory_frame(back.obs), in_memory_frame(source.obs)),
-        same_var=same_frame(in_memory_frame(back.var), in_memory_frame(source.var)),
+        same_obs=same_frame(_in_memory_frame(back.obs), _in_memory_frame(source.obs)),
+        same_var=same_frame(_in_memory_frame(back.var), _in_memory_frame(source.var)),
     )
 
 
@@ -133,7 +133,7 @@ def read_subset(back: ad.AnnData, label: str, index: Any, expected_x: Any) -> tu
     tuple
         The subset in memory, and what reading it took.
     """
-    lazy = lazy_x(back)[1]
+    lazy = _lazy_x(back)[1]
     before = lazy.tiles_decoded
     with Stopwatch() as watch:
         sub = back[index].to_memory()
