@@ -1,4 +1,5 @@
-"""Sessions for tests, lint and benchmarks: ``nox -s tests``, ``nox -s lint``, ``nox -s bench``."""
+"""Sessions for tests, lint, type checks and benchmarks: ``nox -s tests``, ``nox -s lint``, ``nox -s typecheck``,
+``nox -s bench``."""
 
 from __future__ import annotations
 
@@ -116,6 +117,17 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHONS[-1])
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src/deltacells, as ``[tool.mypy]`` in pyproject.toml configures it (options after ``--``).
+
+    On the newest Python only: the stubs of the ``typecheck`` group are pandas 3's, and anndata 0.12 (the one
+    Python 3.11 gets) ships no type annotations.
+    """
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "typecheck"))
+    session.run("mypy", *session.posargs)
 
 
 #: The real data of the benchmarks (beside the repository; ``$DELTACELLS_VISIUM`` elsewhere).

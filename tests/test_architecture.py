@@ -23,6 +23,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: A name is a subpackage (``deltacells/codec/``) or a top-level module (``deltacells/errors.py``);
 #: ``__init__`` is the package root, ``deltacells/__init__.py``.
 LAYERS: tuple[tuple[str, ...], ...] = (
+    # the base
     (
         "errors",
         "_checks",
@@ -32,9 +33,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_lazy",
         "_memory",
         "_parquet",
+        "_sparse",
         "_threads",
         "_version",
-    ),  # the base
+    ),
     ("codec",),
     ("format",),
     ("storage",),

@@ -726,6 +726,18 @@ def test_demo_in_a_temporary_directory():
     assert "identical to the source: True" in result.stdout
 
 
+def test_demo_reports_the_level_a_preset_stands_for(tmp_path):
+    """A preset name writes, and reports, the zstd level it stands for (the number, not the name)."""
+    from deltacells.codec._encode import ARCHIVE_LEVEL
+    from deltacells.demo import format_report, run_demo
+
+    out = tmp_path / "demo.deltacells"
+    report = run_demo(n_cells=300, n_genes=100, tile_size=100, level="archive", out=out, seed=3)
+    assert report.converted.level == ARCHIVE_LEVEL
+    assert dc.open_dataset(out).manifest.zstd_level == ARCHIVE_LEVEL
+    assert any(f"zstd level {ARCHIVE_LEVEL}," in line for line in format_report(report))
+
+
 @pytest.mark.parametrize("cold", [True, False])
 def test_demo_says_it_compiles_before_it_starts(monkeypatch, cold):
     """On a machine where the kernels were never compiled, the wait is announced first (on stderr)."""

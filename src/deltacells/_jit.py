@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numba
 from numba.core import sigutils
@@ -64,10 +64,11 @@ def kernel(func: F) -> F:
     cache = getattr(dispatcher, "_cache", None)  # numba's per-function cache (absent with NUMBA_DISABLE_JIT)
     if cache is not None and getattr(cache, "cache_path", None):
         guarded = GuardedCache(cache)
-        dispatcher._cache = guarded
-        dispatcher.compile = guarded.locking(dispatcher.compile)  # numba calls self.compile(sig) for each one
+        patched: Any = dispatcher  # numba's types have no _cache, and a method is replaced here
+        patched._cache = guarded
+        patched.compile = guarded.locking(dispatcher.compile)  # numba calls self.compile(sig) for each one
         _KERNELS.append(dispatcher)
-    return dispatcher
+    return cast("F", dispatcher)  # called as the function it compiles (numba's types say Dispatcher[F])
 
 
 def compiled_kernels_list() -> list[Any]:
@@ -101,7 +102,8 @@ class GuardedCache:
     @property
     def index_path(self) -> str:
         """The file numba writes first when it saves this function's compilations (its index)."""
-        return self._cache._cache_file._index_path
+        path: str = self._cache._cache_file._index_path
+        return path
 
     def locking(self, compile_signature: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``compile_signature`` (the dispatcher's ``compile``), run holding the lock on the cache's directory.
@@ -128,7 +130,7 @@ class GuardedCache:
         if not self._usable or not os.path.isdir(self._cache.cache_path):
             return None  # nothing cached yet (the directory comes with the first save)
         result = self._cache.load_overload(sig, target_context)
-        if result is not None and tuple(result.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
+        if result is not None and tuple(result.signature.args) != tuple(_signature_args(sig)):
             return None  # another signature's code under this one's entry: compiled again and saved over it
         return result
 
@@ -136,6 +138,12 @@ class GuardedCache:
         """Save the compilation of ``sig`` (skipped without the lock)."""
         if self._usable:
             self._cache.save_overload(sig, data)
+
+
+def _signature_args(sig: Any) -> tuple[Any, ...]:
+    """The argument types of a numba signature, as numba normalises it."""
+    args: tuple[Any, ...] = sigutils.normalize_signature(sig)[0]  # type: ignore[no-untyped-call]  # unannotated in numba
+    return args
 
 
 #: One thread of the process compiles (or loads) a kernel at a time: taken before any directory's lock, so

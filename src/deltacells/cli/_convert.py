@@ -139,7 +139,8 @@ def convert(
         with tempfile.TemporaryDirectory(prefix="deltacells-convert-") as tmp, read_input(source, fmt, tmp) as adata:
             t_open = time.perf_counter() - t0
             # anndata 0.13 lists X among the layers, as None.
-            layer_names = [str(k) for k in adata.layers if k is not None]
+            # keys(): anndata annotates Layers.__iter__ as returning a key, not an iterator
+            layer_names = [str(k) for k in adata.layers.keys() if k is not None]  # noqa: SIM118
             has_raw = adata.raw is not None
             if raw and not has_raw:
                 msg = f"{source}: --raw, but the input has no raw (no raw.X){_layers_clause(layer_names)}"

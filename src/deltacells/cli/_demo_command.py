@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -50,7 +51,7 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
             out=out,
             seed=seed,
             threads=jobs,
-            progress=click.get_text_stream("stderr").isatty(),
+            progress=sys.stderr.isatty(),
         )
     except DemoMismatchError as exc:
         raise CLIError(str(exc)) from exc

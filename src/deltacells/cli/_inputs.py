@@ -14,6 +14,8 @@ from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
     import anndata as ad
+    import pandas as pd
+    import zarr
 
 #: Input formats ``deltacells convert`` reads (``auto`` guesses from the path).
 INPUT_FORMATS = ("auto", "h5ad", "zarr", "10x-h5", "10x-mtx", "loom", "deltacells")
@@ -151,7 +153,7 @@ def _read_format(path: Path, fmt: str, tmp: str | os.PathLike[str]) -> tuple[ad.
 
         return sc.read_10x_mtx(path if path.is_dir() else path.parent), None
     if fmt == "loom":
-        return ad.io.read_loom(path), None
+        return ad.io.read_loom(path), None  # type: ignore[attr-defined, unused-ignore]  # not in anndata 0.13's __all__
     from deltacells.io import read_deltacells, restore_gene_order
 
     adata = read_deltacells(path, cache_dir=Path(tmp) / "obs-cache", dtype="int32")
@@ -174,9 +176,13 @@ def _csc_in_memory(adata: ad.AnnData) -> ad.AnnData:
 def _read_zarr_lazily(path: Path) -> ad.AnnData:
     """A zarr AnnData with X, layers and raw.X left on disk (sparse ones as backed datasets) and the rest in memory."""
     import anndata as ad
+    import pandas as pd
     import zarr
 
     group = zarr.open(str(path), mode="r")
+    if not isinstance(group, zarr.Group):
+        msg = f"{path}: a zarr array, not the group of an AnnData"
+        raise CLIError(msg)
     # anndata writes absent elements (e.g. no raw) as arrays of encoding "null".
     keys = {k for k in group.keys() if group[k].attrs.get("encoding-type") != "null"}  # noqa: SIM118 - zarr groups
     if "obs" not in keys or "var" not in keys:
@@ -194,8 +200,8 @@ def _read_zarr_lazily(path: Path) -> ad.AnnData:
         return ad.io.read_elem(element)
 
     kwargs: dict[str, Any] = {
-        "obs": ad.io.read_elem(group["obs"]),
-        "var": ad.io.read_elem(group["var"]),
+        "obs": _read_frame(group["obs"]),
+        "var": _read_frame(group["var"]),
         "X": lazy(group["X"]) if "X" in keys else None,
     }
     for name in ("obsm", "varm", "obsp", "varp", "uns"):
@@ -203,9 +209,23 @@ def _read_zarr_lazily(path: Path) -> ad.AnnData:
             kwargs[name] = ad.io.read_elem(group[name])
     if "layers" in keys:
         layers = group["layers"]
+        assert isinstance(layers, zarr.Group)  # anndata writes layers as a group
         kwargs["layers"] = {k: lazy(layers[k]) for k in layers.keys()}  # noqa: SIM118 - zarr groups
     adata = ad.AnnData(**kwargs)
     if "raw" in keys:
         raw = group["raw"]
-        adata.raw = ad.AnnData(X=lazy(raw["X"]), obs=adata.obs[[]], var=ad.io.read_elem(raw["var"]))
+        assert isinstance(raw, zarr.Group)  # anndata writes raw as a group
+        obs = adata.obs
+        assert isinstance(obs, pd.DataFrame)  # read into memory above
+        adata.raw = ad.AnnData(X=lazy(raw["X"]), obs=obs[[]], var=_read_frame(raw["var"]))
     return adata
+
+
+def _read_frame(element: zarr.Array[Any] | zarr.Group) -> pd.DataFrame:
+    """An AnnData's obs or var (a dataframe element) read into memory."""
+    import anndata as ad
+    import pandas as pd
+
+    frame = ad.io.read_elem(element)
+    assert isinstance(frame, pd.DataFrame)  # obs and var are dataframes
+    return frame

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from click.decorators import FC
+
+    #: A click parameter type converting to ``int`` (recent click's ParamType is generic in the value it gives).
+    IntParamType = click.ParamType[int]
+else:
+    IntParamType = click.ParamType  # unsubscripted: not generic at run time in every click this package supports
 
 
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
@@ -39,7 +49,7 @@ def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     return options
 
 
-def storage_option(what: str) -> Any:
+def storage_option(what: str) -> Callable[[FC], FC]:
     """The ``--storage-options`` option, for the remote ``what`` (an argument's metavar, e.g. ``"PATH"``)."""
     return click.option(
         "--storage-options",
@@ -50,7 +60,7 @@ def storage_option(what: str) -> Any:
     )
 
 
-def io_concurrency_option(what: str) -> Any:
+def io_concurrency_option(what: str) -> Callable[[FC], FC]:
     """The ``--io-concurrency`` option: the most requests in flight at once for ``what`` (e.g. ``"uploads"``)."""
     return click.option(
         "--io-concurrency",
@@ -62,7 +72,7 @@ def io_concurrency_option(what: str) -> Any:
     )
 
 
-class ZstdLevel(click.ParamType):
+class ZstdLevel(IntParamType):
     """``--level``: a zstd level ``1 .. 22`` or a preset name (``default``, ``archive``), given as its integer."""
 
     name = "LEVEL"
@@ -84,7 +94,7 @@ class ZstdLevel(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def level_option() -> Any:
+def level_option() -> Callable[[FC], FC]:
     """``--level``: zstd level or preset (default ``default``), as the integer that ``write_deltacells`` takes."""
     from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
 

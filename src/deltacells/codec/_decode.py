@@ -103,12 +103,14 @@ class DecodedTile:
     @property
     def n_cells(self) -> int:
         """Number of cells (rows)."""
-        return self.indptr.shape[0] - 1
+        n_cells: int = self.indptr.shape[0] - 1
+        return n_cells
 
     @property
     def nnz(self) -> int:
         """Number of stored nonzeros."""
-        return self.indices.shape[0]
+        nnz: int = self.indices.shape[0]
+        return nnz
 
     @property
     def shape(self) -> tuple[int, int]:

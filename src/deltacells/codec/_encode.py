@@ -285,7 +285,8 @@ def _gaps(indptr: np.ndarray, indices: np.ndarray, name: str) -> np.ndarray:
 def _planes(values: np.ndarray) -> bytes:
     """uint16 values (clipped at 65535) as byte planes: all low bytes, then all high bytes."""
     clipped = np.minimum(values, U16_MAX).astype("<u2")
-    return clipped.view(np.uint8).reshape(-1, 2).T.tobytes()
+    planes: bytes = clipped.view(np.uint8).reshape(-1, 2).T.tobytes()
+    return planes
 
 
 def _exceptions(values: np.ndarray, offset: int) -> bytes | None:

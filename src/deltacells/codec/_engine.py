@@ -34,7 +34,8 @@ def chunk_table_ok(*args: Any) -> bool:
 
 def decode_chunk(*args: Any) -> tuple[int, int]:
     """``decode_chunk`` (see ``deltacells.codec._kernels``)."""
-    return _kernels().decode_chunk(*args)
+    found: tuple[int, int] = _kernels().decode_chunk(*args)  # the module's kernel, or its numpy version
+    return found
 
 
 def sort_rows(*args: Any) -> None:
@@ -44,12 +45,14 @@ def sort_rows(*args: Any) -> None:
 
 def apply_value_exceptions(*args: Any) -> tuple[int, int]:
     """``apply_value_exceptions``, compiled (see ``deltacells.codec._kernels``)."""
-    return _compiled().apply_value_exceptions(*args)
+    found: tuple[int, int] = _compiled().apply_value_exceptions(*args)
+    return found
 
 
 def apply_gap_exceptions(*args: Any) -> tuple[int, int]:
     """``apply_gap_exceptions``, compiled (see ``deltacells.codec._kernels``)."""
-    return _compiled().apply_gap_exceptions(*args)
+    found: tuple[int, int] = _compiled().apply_gap_exceptions(*args)
+    return found
 
 
 def map_columns(*args: Any) -> None:

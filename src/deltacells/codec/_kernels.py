@@ -8,6 +8,8 @@ a :class:`~deltacells.FormatError` naming the tile, chunk and field.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numba
 import numpy as np
 
@@ -37,9 +39,22 @@ from deltacells.codec._layout import (
     VEXC_OFF,
 )
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    #: The four scratch rows of a radix sort (:func:`radix_scratch`): indices, data, indices, data.
+    Scratch = tuple[NDArray[np.integer[Any]], NDArray[Any], NDArray[np.integer[Any]], NDArray[Any]]
+
 
 @kernel
-def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # pragma: no cover
+def chunk_table_ok(  # pragma: no cover
+    table: NDArray[np.uint64],
+    indptr: NDArray[np.int64],
+    n_cells: np.uint64,
+    nnz: np.uint64,
+    total_size: np.uint64,
+    min_offset: np.uint64,
+) -> bool:
     """Whether a chunk table passes every rule ``check_chunk_table`` checks (True), in one pass, no allocation.
 
     ``table`` is the ``uint64[n_chunks, 12]`` table, ``indptr`` the tile's ``int64`` row pointers (checked:
@@ -83,9 +98,18 @@ def chunk_table_ok(table, indptr, n_cells, nnz, total_size, min_offset):  # prag
 
 
 @kernel
-def decode_chunk(
-    gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, columns=None
-):  # pragma: no cover
+def decode_chunk(  # pragma: no cover
+    gaps: NDArray[np.uint8],
+    vals: NDArray[np.uint8],
+    indptr: NDArray[np.int64],
+    cell_lo: int,
+    cell_hi: int,
+    nnz_lo: int,
+    n_genes: int,
+    out_indices: NDArray[np.int32],
+    out_data: NDArray[Any],
+    columns: NDArray[np.int32] | None = None,
+) -> tuple[int, int]:
     """Decode one chunk's byte planes into gene indices and counts.
 
     ``gaps`` and ``vals`` are the decompressed streams (``2 * n`` bytes each: the ``n`` low bytes then
@@ -112,7 +136,7 @@ def decode_chunk(
     # Pass 2: prefix sums within each cell. A cell's first gap may be 0 (gene 0); no other may.
     # int32 cannot overflow below 32768 nonzeros in a cell (32767 * 65535 < 2^31); longer cells sum in int64.
     first_zero = 0
-    too_far = False
+    too_far: bool | np.bool_ = False
     last = np.int32(n_genes - 1)
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo
@@ -156,7 +180,7 @@ def decode_chunk(
     bad_gap = zero_gaps != first_zero
     vals_low = vals[:n]
     vals_high = vals[n:]
-    zero = False
+    zero: bool | np.bool_ = False
     for j in range(n):
         value = np.int32(vals_low[j]) | (np.int32(vals_high[j]) << 8)
         zero |= value == 0
@@ -171,7 +195,7 @@ def decode_chunk(
 
 
 @kernel
-def map_columns(indices, columns):  # pragma: no cover
+def map_columns(indices: NDArray[np.int32], columns: NDArray[np.int32]) -> None:  # pragma: no cover
     """Replace each stored gene index ``g`` by ``columns[g]`` (indices already checked below ``n_genes``)."""
     for j in range(indices.shape[0]):
         indices[j] = columns[indices[j]]
@@ -188,12 +212,13 @@ _DE_BRUIJN_INDEX = np.array(
 
 
 @kernel
-def _bit_index_de_bruijn(power):  # pragma: no cover
+def _bit_index_de_bruijn(power: np.uint64) -> int:  # pragma: no cover
     """``k`` for ``power == 2**k``: one multiplication, wrapping modulo 2^64 as compiled code does."""
-    return _DE_BRUIJN_INDEX[(power * _DE_BRUIJN) >> np.uint64(58)]
+    index: int = _DE_BRUIJN_INDEX[(power * _DE_BRUIJN) >> np.uint64(58)]
+    return index
 
 
-def _bit_index_search(power):  # pragma: no cover
+def _bit_index_search(power: np.uint64) -> int:  # pragma: no cover
     """``k`` for ``power == 2**k`` (a uint64 with one bit set): a binary search, no multiplication to overflow.
 
     Python only (``NUMBA_DISABLE_JIT``): compiled code takes :func:`_bit_index_de_bruijn`.
@@ -220,7 +245,7 @@ def _bit_index_search(power):  # pragma: no cover
 
 
 #: Compiled, the multiplication wraps silently; run as Python (``NUMBA_DISABLE_JIT``), numpy would warn of it.
-_bit_index = _bit_index_search if numba.config.DISABLE_JIT else _bit_index_de_bruijn
+_bit_index = _bit_index_search if numba.config.DISABLE_JIT else _bit_index_de_bruijn  # type: ignore[attr-defined]  # numba's types leave out its config settings
 
 
 #: Bits of a column sorted per pass of the radix sort of :func:`sort_rows` (256 buckets: counts in L1 cache).
@@ -246,7 +271,15 @@ BITMAP_NONZERO_EXTRA_ONE_PASS = 16
 
 
 @kernel
-def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # pragma: no cover
+def sort_rows(  # pragma: no cover
+    indptr: NDArray[np.integer[Any]],
+    first_row: int,
+    end_row: int,
+    offset: int,
+    indices: NDArray[np.integer[Any]],
+    data: NDArray[Any],
+    n_columns: int,
+) -> None:
     """Put each row's columns in increasing order, with their values: rows ``first_row .. end_row - 1``.
 
     Row ``r`` is ``indices[indptr[r] - offset : indptr[r + 1] - offset]`` (and ``data``), its columns unique
@@ -289,7 +322,7 @@ def sort_rows(indptr, first_row, end_row, offset, indices, data, n_columns):  # 
 
 
 @kernel
-def bitmap_sorts(n_words, n, n_passes):  # pragma: no cover
+def bitmap_sorts(n_words: int, n: int, n_passes: int) -> bool:  # pragma: no cover
     """Whether a row of ``n`` nonzeros among ``n_words`` words of columns sorts faster through a bitmap.
 
     From :data:`BITMAP_WORD_COST` and the costs by passes; three passes and more (over 65,536 columns,
@@ -303,7 +336,7 @@ def bitmap_sorts(n_words, n, n_passes):  # pragma: no cover
 
 
 @kernel
-def radix_passes(n_columns):  # pragma: no cover
+def radix_passes(n_columns: int) -> int:  # pragma: no cover
     """Passes of 8 bits that sort columns below ``n_columns`` (1 to 4)."""
     n_passes = 1
     while n_columns - 1 >= (1 << (_RADIX_BITS * n_passes)) and n_passes < 4:
@@ -312,13 +345,15 @@ def radix_passes(n_columns):  # pragma: no cover
 
 
 @kernel
-def radix_top(n_columns, n_passes):  # pragma: no cover
+def radix_top(n_columns: int, n_passes: int) -> int:  # pragma: no cover
     """Buckets of the last pass: the values of the top digit of columns below ``n_columns`` (1 to 256)."""
     return ((n_columns - 1) >> (_RADIX_BITS * (n_passes - 1))) + 1
 
 
 @kernel
-def radix_offsets(indices, counts, n_passes, top):  # pragma: no cover
+def radix_offsets(  # pragma: no cover
+    indices: NDArray[np.integer[Any]], counts: NDArray[np.uint64], n_passes: int, top: int
+) -> bool:
     """Where each digit's columns go in every pass of a radix sort of ``indices``; whether they are in order.
 
     ``counts`` (``uint64[n_passes, 256]``) is overwritten: ``counts[d, b]`` becomes the first position of the
@@ -355,7 +390,15 @@ def radix_offsets(indices, counts, n_passes, top):  # pragma: no cover
 
 
 @kernel
-def radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts, n_passes):  # pragma: no cover
+def radix_scatter(  # pragma: no cover
+    row_indices: NDArray[np.integer[Any]],
+    row_data: NDArray[Any],
+    scratch: Scratch,
+    out_indices: NDArray[np.integer[Any]],
+    out_data: NDArray[Any],
+    counts: NDArray[np.uint64],
+    n_passes: int,
+) -> None:
     """The passes of a radix sort of a row whose :func:`radix_offsets` are in ``counts``.
 
     The first pass reads ``row_indices`` (and ``row_data``), the last one writes ``out_indices`` (and
@@ -391,7 +434,13 @@ def radix_scatter(row_indices, row_data, scratch, out_indices, out_data, counts,
 
 
 @kernel
-def radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes):  # pragma: no cover
+def radix_sorted_scratch(  # pragma: no cover
+    row_indices: NDArray[np.integer[Any]],
+    row_data: NDArray[Any],
+    scratch: Scratch,
+    counts: NDArray[np.uint64],
+    n_passes: int,
+) -> tuple[NDArray[np.integer[Any]], NDArray[Any]]:
     """Sort a row whose :func:`radix_offsets` are in ``counts`` into one of the ``scratch`` rows; the row is left.
 
     Returns that scratch row's ``(indices, data)``: the one the passes have left free when the last one runs.
@@ -406,7 +455,9 @@ def radix_sorted_scratch(row_indices, row_data, scratch, counts, n_passes):  # p
 
 
 @kernel
-def radix_scratch(longest, indices, data):  # pragma: no cover
+def radix_scratch(  # pragma: no cover
+    longest: int, indices: NDArray[np.integer[Any]], data: NDArray[Any]
+) -> Scratch:
     """Two scratch rows for :func:`radix_scatter`, ``longest`` nonzeros long, in the dtypes of ``indices``, ``data``."""
     return (
         np.empty(longest, dtype=indices.dtype),
@@ -417,7 +468,15 @@ def radix_scratch(longest, indices, data):  # pragma: no cover
 
 
 @kernel
-def _sort_row_bitmap(indices, data, lo, n, words, values, n_columns):  # pragma: no cover
+def _sort_row_bitmap(  # pragma: no cover
+    indices: NDArray[np.integer[Any]],
+    data: NDArray[Any],
+    lo: int,
+    n: int,
+    words: NDArray[np.uint64],
+    values: NDArray[Any],
+    n_columns: int,
+) -> None:
     """Sort row ``indices[lo : lo + n]`` (and ``data``) through a bitmap of its columns.
 
     Each value is put at its column and the column's bit set, then the bitmap is read from the row's lowest
@@ -454,7 +513,15 @@ def _sort_row_bitmap(indices, data, lo, n, words, values, n_columns):  # pragma:
 
 
 @kernel
-def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_genes):  # pragma: no cover
+def _locate_gap_error(  # pragma: no cover
+    gaps_low: NDArray[np.uint8],
+    gaps_high: NDArray[np.uint8],
+    indptr: NDArray[np.int64],
+    cell_lo: int,
+    cell_hi: int,
+    nnz_lo: int,
+    n_genes: int,
+) -> tuple[int, int]:
     for cell in range(cell_lo, cell_hi):
         start = indptr[cell] - nnz_lo
         stop = indptr[cell + 1] - nnz_lo
@@ -470,7 +537,9 @@ def _locate_gap_error(gaps_low, gaps_high, indptr, cell_lo, cell_hi, nnz_lo, n_g
 
 
 @kernel
-def apply_value_exceptions(positions, payloads, out_data):  # pragma: no cover
+def apply_value_exceptions(  # pragma: no cover
+    positions: NDArray[np.integer[Any]], payloads: NDArray[np.integer[Any]], out_data: NDArray[Any]
+) -> tuple[int, int]:
     """Replace the stored 65535 at each position by its true count (``vexc``).
 
     Positions and payloads are all checked before anything is changed.
@@ -496,9 +565,16 @@ def apply_value_exceptions(positions, payloads, out_data):  # pragma: no cover
 
 
 @kernel
-def apply_gap_exceptions(
-    positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices
-):  # pragma: no cover
+def apply_gap_exceptions(  # pragma: no cover
+    positions: NDArray[np.integer[Any]],
+    payloads: NDArray[np.integer[Any]],
+    indptr: NDArray[np.int64],
+    cell_lo: int,
+    cell_hi: int,
+    nnz_lo: int,
+    n_genes: int,
+    out_indices: NDArray[np.int32],
+) -> tuple[int, int]:
     """Add each ``gexc`` payload to its nonzero and to every later nonzero of the same cell.
 
     One pass over the nonzeros from the first exception on: the running addition

@@ -463,7 +463,9 @@ class PieceSource:
 
     __slots__ = ("_ends", "_reach", "_starts", "_views")
 
-    def __init__(self, pieces: Mapping[int, bytes] | Sequence[tuple[int, bytes]], object_size: int) -> None:
+    def __init__(
+        self, pieces: Mapping[int, bytes | memoryview] | Sequence[tuple[int, bytes | memoryview]], object_size: int
+    ) -> None:
         items = pieces.items() if isinstance(pieces, Mapping) else pieces
         normalized = []
         for start, piece in items:
@@ -511,7 +513,7 @@ class PieceSource:
 
 def decode_chunks(
     prefix: TilePrefix,
-    pieces: Mapping[int, bytes] | Sequence[tuple[int, bytes]],
+    pieces: Mapping[int, bytes | memoryview] | Sequence[tuple[int, bytes | memoryview]],
     chunks: np.ndarray | Sequence[int],
     *,
     name: str = "tile",

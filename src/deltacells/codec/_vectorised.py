@@ -10,6 +10,8 @@ error (malformed input is rare; loading numba for it is fine).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from deltacells._kernel_loading import load_compiled_kernels
@@ -147,7 +149,8 @@ def row_column_order(rows: np.ndarray, columns: np.ndarray, n_columns: int) -> n
         packed <<= np.uint64(32)
         packed |= np.arange(n, dtype=np.uint64)
         packed.sort()
-        return (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        order: np.ndarray = (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        return order
     return np.argsort(rows * n_columns + columns)
 
 
@@ -159,7 +162,7 @@ def _merged(planes: np.ndarray, n: int) -> np.ndarray:
     return merged
 
 
-def _compiled_decode_chunk(*args: object) -> tuple[int, int]:
+def _compiled_decode_chunk(*args: Any) -> tuple[int, int]:
     """The compiled ``decode_chunk``'s report on input the numpy version found broken."""
     load_compiled_kernels()
     from deltacells.codec import _kernels

@@ -199,10 +199,10 @@ class Collection:
         self, parts: list[sparse.csr_matrix], dtype: DTypeLike, *, canonical: bool = True
     ) -> sparse.csr_matrix:
         if not parts:
-            return sparse.csr_matrix((0, self.n_genes), dtype=dtype)
+            return sparse.csr_matrix((0, self.n_genes), dtype=np.dtype(dtype))
         if len(parts) == 1:
             return parts[0]
-        matrix = sparse.vstack(parts, format="csr")
+        matrix: sparse.csr_matrix = sparse.vstack(parts, format="csr")
         if canonical:  # each part's rows are canonical, and so are they together
             matrix.has_sorted_indices = True
             matrix.has_canonical_format = True

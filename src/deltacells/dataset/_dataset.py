@@ -619,7 +619,9 @@ class Dataset:
         matrix.has_canonical_format = True
         return matrix
 
-    def _gather_direct(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
+    def _gather_direct(
+        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray, n_out: int, dtype: np.dtype
+    ) -> sparse.csr_matrix:
         """Few tiles: decode them all, then copy the rows straight into the output."""
         tiles = [tile for _, tile in self._tiles_for(needed, order, bounds, local)]
         for tile in tiles:
@@ -638,7 +640,16 @@ class Dataset:
             )
         return self._csr(out_data, out_indices, out_indptr)
 
-    def _gather_ascending(self, needed, order, bounds, local, n_out, dtype, capacity) -> sparse.csr_matrix:
+    def _gather_ascending(
+        self,
+        needed: np.ndarray,
+        order: np.ndarray,
+        bounds: np.ndarray,
+        local: np.ndarray,
+        n_out: int,
+        dtype: np.dtype,
+        capacity: int,
+    ) -> sparse.csr_matrix:
         """Rows in ascending order: stream the tiles, appending each one's rows to the output."""
         out_indptr = np.zeros(n_out + 1, dtype=np.int64)
         out_indices, out_data = _empty_output(capacity, dtype)
@@ -655,7 +666,9 @@ class Dataset:
         out_data.resize(nnz, refcheck=False)
         return self._csr(out_data, out_indices, out_indptr)
 
-    def _gather_compact(self, needed, order, bounds, local, n_out, dtype) -> sparse.csr_matrix:
+    def _gather_compact(
+        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray, n_out: int, dtype: np.dtype
+    ) -> sparse.csr_matrix:
         """Many tiles, any order: keep only each tile's selected rows, then assemble."""
         lengths = np.zeros(n_out, dtype=np.int64)
         parts = []
@@ -735,6 +748,7 @@ class Dataset:
         """
         if self._gene_order is None and self.manifest.has_gene_order:
             order = read_gene_order(self.store, self.manifest)
+            assert order is not None  # the manifest promises it
             order.flags.writeable = False  # read once, shared by the views of this dataset
             self._gene_order = order
         return None if self._gene_order is None else self._gene_order.copy()

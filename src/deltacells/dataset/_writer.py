@@ -42,6 +42,8 @@ from deltacells.tiles import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import pandas as pd
 
 __all__ = ["DatasetWriter", "var_table_bytes"]
@@ -119,7 +121,7 @@ class DatasetWriter:
         n_chunks: int = DEFAULT_N_CHUNKS,
         level: Level = DEFAULT_LEVEL,
         gene_order: np.ndarray | None = None,
-        var_names: list[str] | np.ndarray | None = None,
+        var_names: Iterable[str] | None = None,
         obs: pd.DataFrame | None = None,
         var: pd.DataFrame | None = None,
         obs_tiles_per_file: int = 1000,
@@ -376,7 +378,8 @@ def var_table_bytes(var: pd.DataFrame) -> bytes:
         raise InvalidValueError(msg) from exc
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **parquet_write_options(table.schema))
-    return sink.getvalue().to_pybytes()
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
 
 
 def _check_gene_order(gene_order: np.ndarray | None, n_genes: int) -> np.ndarray | None:
@@ -393,7 +396,7 @@ def _check_gene_order(gene_order: np.ndarray | None, n_genes: int) -> np.ndarray
     return order.astype(np.int32)
 
 
-def _check_var_names(var_names: list[str] | np.ndarray | None, n_genes: int) -> list[str] | None:
+def _check_var_names(var_names: Iterable[str] | None, n_genes: int) -> list[str] | None:
     if var_names is None:
         return None
     names = [str(name) for name in var_names]
@@ -414,7 +417,8 @@ def _json_object(metadata: dict[str, Any] | None) -> dict[str, Any]:
         msg = f"metadata must be a dict (a JSON object), got {type(metadata).__name__}"
         raise InvalidTypeError(msg)
     try:
-        return json.loads(json.dumps(metadata))
+        copied: dict[str, Any] = json.loads(json.dumps(metadata))  # a JSON object in, a JSON object out
+        return copied
     except (TypeError, ValueError) as exc:
         msg = f"metadata must be JSON-serialisable: {exc}"
         raise InvalidTypeError(msg) from exc

@@ -71,8 +71,10 @@ def synthetic_counts(
     mito = np.asarray(X[:, :N_MITO_GENES].sum(axis=1)).ravel() if n_genes else np.zeros(n_cells)
     obs = pd.DataFrame(
         {
-            "cell_type": pd.Categorical.from_codes(model.cell_type, categories=model.type_names),
-            "donor": pd.Categorical.from_codes(model.donor, categories=[f"donor_{i}" for i in range(n_donors)]),
+            "cell_type": pd.Categorical.from_codes(model.cell_type, categories=pd.Index(model.type_names)),
+            "donor": pd.Categorical.from_codes(
+                model.donor, categories=pd.Index([f"donor_{i}" for i in range(n_donors)])
+            ),
             "total_counts": totals.astype(np.int64),
             "pct_mito": np.divide(100.0 * mito, totals, out=np.zeros(n_cells), where=totals > 0),
         },

@@ -15,7 +15,7 @@ __all__ = ["same_frame", "same_matrix"]
 
 def same_matrix(a: Any, b: Any) -> bool:
     """Whether two sparse matrices have the same shape and values."""
-    return a.shape == b.shape and (a != b).nnz == 0
+    return bool(a.shape == b.shape and (a != b).nnz == 0)
 
 
 def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scipy import sparse
+
 from deltacells.datasets import synthetic_counts
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._report import Generated, H5adWritten
@@ -13,7 +15,14 @@ if TYPE_CHECKING:
 
     import anndata as ad
 
-__all__ = ["generate", "write_h5ad_gzip"]
+__all__ = ["generate", "source_x", "write_h5ad_gzip"]
+
+
+def source_x(adata: ad.AnnData) -> sparse.csr_matrix:
+    """The X of an AnnData made by :func:`generate`: a CSR matrix of counts."""
+    x = adata.X
+    assert isinstance(x, sparse.csr_matrix)  # what synthetic_counts makes
+    return x
 
 
 def generate(n_cells: int, n_genes: int, *, seed: int) -> tuple[ad.AnnData, Generated]:
@@ -29,7 +38,7 @@ def generate(n_cells: int, n_genes: int, *, seed: int) -> tuple[ad.AnnData, Gene
     generated = Generated(
         n_cells=adata.n_obs,
         n_genes=adata.n_vars,
-        nnz=int(adata.X.nnz),
+        nnz=int(source_x(adata).nnz),
         obs_columns=tuple(map(str, adata.obs.columns)),
         var_columns=tuple(map(str, adata.var.columns)),
         seconds=watch.seconds,

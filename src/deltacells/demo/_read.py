@@ -10,14 +10,34 @@ from deltacells._kernel_loading import load_compiled_kernels
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._compare import same_frame, same_matrix
 from deltacells.demo._report import FullRead, Opened, SubsetRead, WarmUp
-from deltacells.io import read_deltacells
+from deltacells.io import TiledCSRDataset, read_deltacells
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import anndata as ad
+    import pandas as pd
+
+    from deltacells.dataset import Dataset
 
 __all__ = ["choose_subsets", "open_lazily", "read_all", "read_subset", "warm_up"]
+
+
+def _lazy_x(back: ad.AnnData) -> tuple[TiledCSRDataset, Dataset]:
+    """``back.X``, the lazy matrix of a dataset opened by :func:`open_lazily`, and its dataset."""
+    from deltacells.dataset import Dataset
+
+    x = back.X
+    assert isinstance(x, TiledCSRDataset) and isinstance(x.dataset, Dataset)  # one path, no chunks=
+    return x, x.dataset
+
+
+def _in_memory_frame(frame: object) -> pd.DataFrame:
+    """``frame`` (an AnnData's obs or var), which the demo's AnnData hold in memory, as a pandas DataFrame."""
+    import pandas as pd
+
+    assert isinstance(frame, pd.DataFrame)  # a lazy obs comes only with lazy_obs=True
+    return frame
 
 
 def open_lazily(path: Path, *, cache_dir: Path, threads: int | None) -> tuple[ad.AnnData, Opened]:
@@ -33,7 +53,7 @@ def open_lazily(path: Path, *, cache_dir: Path, threads: int | None) -> tuple[ad
     opened = Opened(
         n_obs=back.n_obs,
         n_vars=back.n_vars,
-        tiles_decoded=back.X.dataset.tiles_decoded,
+        tiles_decoded=_lazy_x(back)[1].tiles_decoded,
         cache_dir=str(cache_dir),
         seconds=watch.seconds,
     )
@@ -49,13 +69,14 @@ def warm_up(back: ad.AnnData) -> WarmUp:
     decodes straight into its output with another).
     """
     n = back.n_obs
+    x, dataset = _lazy_x(back)
     with Stopwatch() as watch:
-        back.X[0]
-        back.X[np.arange(0, n, max(1, n // 16))[::-1]]
-        back.X[: int(back.X.dataset.manifest.tile_cells[0])]
+        x[0]
+        x[np.arange(0, n, max(1, n // 16))[::-1]]
+        x[: int(dataset.manifest.tile_cells[0])]
         load_compiled_kernels()
-        back.X[np.arange(0, n, max(1, n // 16))[::-1]]
-        back.X[: int(back.X.dataset.manifest.tile_cells[0])]
+        x[np.arange(0, n, max(1, n // 16))[::-1]]
+        x[: int(dataset.manifest.tile_cells[0])]
     return WarmUp(seconds=watch.seconds)
 
 
@@ -71,21 +92,21 @@ def read_all(back: ad.AnnData, source: ad.AnnData, expected_x: Any) -> FullRead:
     expected_x
         The source's X (genes in its own order, as they are read back).
     """
-    lazy = back.X.dataset
+    x, lazy = _lazy_x(back)
     before = lazy.tiles_decoded
     with Stopwatch() as first:
-        full = back.X[:]
+        full = x[:]
     tiles_decoded = lazy.tiles_decoded - before
     with Stopwatch() as again:
-        back.X[:]
+        x[:]
     return FullRead(
         nnz=int(full.nnz),
         tiles_decoded=tiles_decoded,
         seconds=first.seconds,
         seconds_again=again.seconds,
         same_x=same_matrix(full, expected_x),
-        same_obs=same_frame(back.obs, source.obs),
-        same_var=same_frame(back.var, source.var),
+        same_obs=same_frame(_in_memory_frame(back.obs), _in_memory_frame(source.obs)),
+        same_var=same_frame(_in_memory_frame(back.var), _in_memory_frame(source.var)),
     )
 
 
@@ -112,7 +133,7 @@ def read_subset(back: ad.AnnData, label: str, index: Any, expected_x: Any) -> tu
     tuple
         The subset in memory, and what reading it took.
     """
-    lazy = back.X.dataset
+    lazy = _lazy_x(back)[1]
     before = lazy.tiles_decoded
     with Stopwatch() as watch:
         sub = back[index].to_memory()

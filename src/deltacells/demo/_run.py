@@ -6,8 +6,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from deltacells.codec._encode import resolve_level
 from deltacells.demo._convert import convert
-from deltacells.demo._generate import generate, write_h5ad_gzip
+from deltacells.demo._generate import generate, source_x, write_h5ad_gzip
 from deltacells.demo._read import choose_subsets, open_lazily, read_all, read_subset, warm_up
 from deltacells.demo._report import DemoReport, FullRead, SubsetRead
 from deltacells.demo._scanpy import run_scanpy
@@ -79,7 +80,7 @@ def run_demo(
                 adata,
                 path,
                 tile_size=tile_size,
-                level=level,
+                level=resolve_level(level),
                 threads=threads,
                 overwrite=out is not None,
                 metadata={"source": "deltacells demo", "seed": seed},
@@ -89,7 +90,7 @@ def run_demo(
             _next(bar, "warm-up")
             warmed = warm_up(back)
             _next(bar, "read all")
-            expected_x = adata.X.tocsr()  # read back in the source's gene order (the default)
+            expected_x = source_x(adata).tocsr()  # read back in the source's gene order (the default)
             full_read = read_all(back, adata, expected_x)
             _require_identical(full_read, path)
             subsets: list[SubsetRead] = []

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from deltacells.format._names import MANIFEST_NAME
 from deltacells.format._problems import Checker, Problem
@@ -34,7 +34,7 @@ from deltacells.format._problems import Checker, Problem
 __all__ = ["EXTRAS_FORMAT", "MAPPINGS", "PER_CELL", "WHOLE", "Extras", "check_extras", "extras_of"]
 
 #: The zarr format of ``anndata.zarr``: 2, whose consolidated metadata (``.zmetadata``) opens the group in one read.
-EXTRAS_FORMAT = 2
+EXTRAS_FORMAT: Final = 2
 
 #: The AnnData mappings whose keys are elements of their own (``obsm/X_pca``).
 MAPPINGS = ("obsm", "varm", "obsp", "varp", "layers")
@@ -64,7 +64,7 @@ class Extras:
 
     counts: str
     elements: tuple[str, ...]
-    zarr_format: int = EXTRAS_FORMAT
+    zarr_format: Literal[2] = EXTRAS_FORMAT
     parts: tuple[tuple[str, int], ...] = ()
 
     @property

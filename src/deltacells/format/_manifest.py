@@ -278,7 +278,8 @@ class Manifest:
     @property
     def starts(self) -> np.ndarray:
         """``int64[n_tiles]``: the first global cell index of each tile."""
-        return self.limits - self.tile_cells
+        starts: np.ndarray = self.limits - self.tile_cells
+        return starts
 
     @property
     def nnz(self) -> int:
@@ -328,6 +329,7 @@ class Manifest:
         assert f.n_cells is not None and f.n_genes is not None and f.tile_size is not None
         assert f.tile_cells is not None and f.tile_nnz is not None and f.tile_bytes is not None
         assert f.n_chunks is not None and f.zstd_level is not None and f.metadata is not None
+        flags: dict[str, Any] = {flag: bool(f.files[name]) for name, flag in SIDECAR_FLAGS.items()}
         obs: dict[str, Any] = {}
         if f.files.get(OBS_SCHEMA_NAME):
             obs = {
@@ -347,7 +349,7 @@ class Manifest:
             zstd_level=f.zstd_level,
             metadata=f.metadata,
             extra=f.extra,
-            **{flag: bool(f.files[name]) for name, flag in SIDECAR_FLAGS.items()},
+            **flags,
             **obs,
         )
 
@@ -362,7 +364,7 @@ class Manifest:
             tile_bytes=self.tile_bytes,
             n_chunks=self.n_chunks,
             zstd_level=self.zstd_level,
-            files=self.expected_files(),
+            files=dict(self.expected_files()),
             metadata=self.metadata,
             obs_tiles_per_file=self.obs_tiles_per_file if self.has_obs else None,
             obs_shard_bytes=self.obs_shard_bytes if self.has_obs else None,

@@ -221,10 +221,16 @@ def _check_categories(doc: dict[str, Any], kind: str, at: str) -> tuple[Any, ...
             raise FormatError(msg)
         if len(set(categories)) != len(categories):
             seen: set[Any] = set()
-            duplicate = next(v for v in categories if v in seen or seen.add(v))
+            duplicate = next(v for v in categories if v in seen or _add(seen, v))
             msg = f"{at}: field categories holds {duplicate!r} twice; categories must be unique"
             raise FormatError(msg)
     return tuple(categories)
+
+
+def _add(seen: set[Any], value: Any) -> bool:
+    """Add ``value`` to ``seen``; False (a value seen for the first time is no duplicate)."""
+    seen.add(value)
+    return False
 
 
 def _is_utf8(text: str) -> bool:

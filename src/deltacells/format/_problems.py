@@ -69,7 +69,8 @@ def first_problem_raises(checker: Checker[T], url: str | None = None) -> T:
     try:
         problem = next(checker)
     except StopIteration as stop:
-        return stop.value
+        result: T = stop.value  # what the checker returned
+        return result
     checker.close()
     raise problem.to_exception(url)
 
@@ -80,7 +81,8 @@ def collect(checker: Checker[T], sink: Any) -> T:
         try:
             problem = next(checker)
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value  # what the checker returned
+            return result
         sink(problem)
 
 

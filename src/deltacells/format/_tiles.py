@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from deltacells.format._names import MANIFEST_NAME, tile_path
 from deltacells.format._problems import Checker, Problem, problem_from_error, reopen_hint
@@ -13,6 +13,22 @@ if TYPE_CHECKING:
     from deltacells.format._manifest import ManifestFields
 
 __all__ = ["check_tile", "check_tile_size", "check_tile_bytes_against", "decode_checked_tile", "missing_tile"]
+
+
+class TileCounts(Protocol):
+    """What :func:`check_tile` compares with the manifest: a decoded or checked tile, or a tile's header counts."""
+
+    @property
+    def n_cells(self) -> int:
+        """Cells (rows) of the tile."""
+
+    @property
+    def nnz(self) -> int:
+        """Stored nonzeros of the tile."""
+
+    @property
+    def n_genes(self) -> int:
+        """Genes (columns) of the tile."""
 
 
 def missing_tile(tile: int, fields: ManifestFields) -> Problem:
@@ -32,7 +48,7 @@ def check_tile_size(size: int, tile: int, fields: ManifestFields) -> Checker[Non
         )
 
 
-def check_tile(decoded: DecodedTile | CheckedTile, tile: int, fields: ManifestFields) -> Checker[None]:
+def check_tile(decoded: TileCounts, tile: int, fields: ManifestFields) -> Checker[None]:
     """A decoded tile's cells, nonzeros and ``n_genes`` against the manifest."""
     name = tile_path(tile)
     for field, what, got, want in (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from types import MappingProxyType
+from types import FrameType, MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ def register_anndata_io() -> None:
     from anndata._core.views import DaskArrayView
     from anndata._io.specs import IOSpec
     from anndata._io.specs.registry import _REGISTRY
-    from anndata.compat import DaskArray
+    from anndata.compat import DaskArray  # type: ignore[attr-defined, unused-ignore]  # not in anndata.compat's __all__
 
     spec = IOSpec("csr_matrix", "0.1.0")
     for group_type in (h5py.Group, zarr.Group):
@@ -44,10 +44,12 @@ def register_anndata_io() -> None:
         for block_class in (CSRMatrixBlock, CSRArrayBlock):  # anndata looks writers up by exact type
             _REGISTRY.register_write(group_type, block_class, spec)(_write_dask_block)
             for dask_type in (DaskArray, DaskArrayView):
-                _REGISTRY.register_write(group_type, (dask_type, block_class), spec)(_write_dask_of_blocks)
+                # anndata's registry also takes (array type, block type): it looks dask arrays up by their blocks
+                _REGISTRY.register_write(group_type, (dask_type, block_class), spec)(_write_dask_of_blocks)  # type: ignore[arg-type]
     to_memory.register(TiledCSRDataset)(_to_memory)
     # A view of an AnnData drops the categories its cells do not have, and their colours in uns.
-    ad.AnnData._remove_unused_categories.register(LazyObs)(staticmethod(_remove_unused_categories))
+    # a functools.singledispatch function, which anndata annotates as a plain callable
+    ad.AnnData._remove_unused_categories.register(LazyObs)(staticmethod(_remove_unused_categories))  # type: ignore[attr-defined]
     # anndata.utils.asarray densifies anndata's own backed datasets (np.asarray refuses to).
     anndata.utils.asarray.register(TiledCSRDataset)(_asarray)
     _registered = True
@@ -132,7 +134,7 @@ def write_tiled_csr(
     _writer.write_elem(f, k, first[1], dataset_kwargs=dataset_kwargs)
     on_disk = anndata.io.sparse_dataset(f[k])
     for _, block in blocks:
-        on_disk.append(block)
+        on_disk.append(block)  # type: ignore[union-attr]  # anndata's abstract sparse datasets leave out append
 
 
 def _dense_requested(f: Any, k: str) -> bool:
@@ -145,7 +147,7 @@ def _dense_requested(f: Any, k: str) -> bool:
     if not isinstance(name, str):
         return False
     path = f"{name.rstrip('/')}/{k}".lstrip("/")
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_filename.replace("\\", "/").endswith("anndata/_io/h5ad.py") and "as_dense" in code.co_varnames:
@@ -165,6 +167,7 @@ def _write_dense(
     dset = f.create_dataset(k, shape=elem.shape, dtype=elem.dtype, **dict(dataset_kwargs))
     step = max(1, DENSE_BLOCK_BYTES // max(1, n_genes * elem.dtype.itemsize))
     for rows, block in elem.iter_row_blocks():
+        assert isinstance(rows, slice)  # all rows: slices of them
         start = rows.start
         for lo in range(0, block.shape[0], step):
             part = block[lo : lo + step]

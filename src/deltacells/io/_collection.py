@@ -24,7 +24,9 @@ from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyErr
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
-    pass
+    from typing_extensions import TypeIs
+
+    from deltacells.io._lazy_obs import LazyObs
 
 __all__ = ["JOINS", "OpenCollection", "is_collection", "open_collection", "read_collection"]
 
@@ -32,7 +34,7 @@ __all__ = ["JOINS", "OpenCollection", "is_collection", "open_collection", "read_
 JOINS = ("inner", "outer")
 
 
-def is_collection(path: Any) -> bool:
+def is_collection(path: Any) -> TypeIs[list[Any] | tuple[Any, ...]]:
     """Whether ``read_deltacells``'s ``path`` names several datasets (a list or tuple of them)."""
     return isinstance(path, (list, tuple))
 
@@ -171,6 +173,7 @@ def read_collection(
         opened.collection, opened.keys, label=label, join=join, columns=obs_columns, names=obs_names,
         index_unique=index_unique, cache_dir=cache_dir, verify=verify_obs,
     )  # fmt: skip
+    obs: pd.DataFrame | LazyObs
     if lazy(opened.collection.n_cells):
         from deltacells.io._lazy_obs import lazy_obs_frame
 

@@ -15,6 +15,8 @@ def combine_parts(path: str, values: list[Any]) -> Any:
     import pandas as pd
     from scipy import sparse
 
+    from deltacells._sparse import issparse
+
     if path.startswith("obsp/"):
         blocks = [v.compute() if hasattr(v, "compute") else v for v in values]
         return sparse.block_diag([sparse.csr_matrix(b) for b in blocks], format="csr")
@@ -24,6 +26,6 @@ def combine_parts(path: str, values: list[Any]) -> Any:
         return da.concatenate([v if hasattr(v, "dask") else da.from_array(v) for v in values], axis=0)
     if isinstance(values[0], pd.DataFrame):
         return pd.concat(values, axis=0)
-    if sparse.issparse(values[0]):
+    if issparse(values[0]):
         return sparse.vstack(values, format=values[0].format)
     return np.concatenate([np.asarray(v) for v in values], axis=0)

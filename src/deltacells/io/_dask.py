@@ -16,7 +16,7 @@ import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 from scipy import sparse
@@ -49,7 +49,11 @@ _CHUNKS_HELP = (
 )
 
 
-def parse_chunks(chunks: Any, *, allow_none: bool = True) -> str | int | None:
+@overload
+def parse_chunks(chunks: Any, *, allow_none: Literal[False]) -> Literal["tiles"] | int: ...
+@overload
+def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | int | None: ...
+def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | int | None:
     """Check a ``chunks=`` value: ``None``, ``"tiles"`` or a positive int (a number of cells per block).
 
     Raises
@@ -67,7 +71,7 @@ def parse_chunks(chunks: Any, *, allow_none: bool = True) -> str | int | None:
         raise InvalidValueError(msg)
     if isinstance(chunks, str):
         if chunks == "tiles":
-            return chunks
+            return "tiles"
         msg = f"chunks must be {accepted}; got the string {chunks!r}"
         raise InvalidValueError(msg)
     if not is_integer(chunks):

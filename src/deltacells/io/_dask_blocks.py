@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._sparse import issparse
+
 __all__ = ["CSRArrayBlock", "CSRMatrixBlock", "block_class", "register_with_dask"]
 
 
@@ -34,7 +36,7 @@ def _kept(result: Any, axis: int | None, keepdims: bool) -> Any:
     """``result`` of a reduction along ``axis``, as numpy gives it with ``keepdims``."""
     if not keepdims:
         return result
-    values = np.asarray(result.toarray() if sparse.issparse(result) else result)
+    values = np.asarray(result.toarray() if issparse(result) else result)
     if axis is None:
         return values.reshape(1, 1)
     return values.reshape((1, -1) if axis == 0 else (-1, 1))
@@ -64,7 +66,7 @@ class _Reductions:
         return _kept(super().min(axis=axis, out=out, **options), axis, keepdims)  # type: ignore[misc]
 
 
-class CSRMatrixBlock(_Reductions, sparse.csr_matrix):
+class CSRMatrixBlock(_Reductions, sparse.csr_matrix):  # type: ignore[misc]  # scipy-stubs: spmatrix's * is not _spbase's
     """A block of a dask X as :class:`scipy.sparse.csr_matrix`, whose reductions take ``keepdims``."""
 
 
@@ -80,7 +82,8 @@ def block_class(*, sparse_array: bool) -> type[CSRMatrixBlock] | type[CSRArrayBl
 def _concatenate(blocks: list[Any], axis: int = 0) -> CSRMatrixBlock | CSRArrayBlock:
     """Stack blocks along ``axis`` as scipy does, keeping the first block's class (dask's ``concatenate_lookup``)."""
     stack = sparse.vstack if axis == 0 else sparse.hstack
-    return type(blocks[0])(stack(blocks, format="csr"))
+    stacked: CSRMatrixBlock | CSRArrayBlock = type(blocks[0])(stack(blocks, format="csr"))
+    return stacked
 
 
 _registered = False

@@ -98,7 +98,7 @@ def dask_gene_totals(matrix: Any, bar: Any = None) -> np.ndarray:
     InvalidValueError, InvalidTypeError
         For values that are not counts, naming the cell (counted from the first row written) and gene.
     """
-    from dask import delayed
+    from dask.delayed import delayed
 
     n_genes = int(matrix.shape[1])
     starts = np.concatenate(([0], np.cumsum(matrix.chunks[0])[:-1])).astype(np.int64)
@@ -148,7 +148,7 @@ def store_dask_tiles(
     Exception
         What a task's read, encoding or write raised (a write error names the object).
     """
-    from dask import delayed
+    from dask.delayed import delayed
 
     n_genes = int(matrix.shape[1])
     columns = None
@@ -190,8 +190,8 @@ def run_tasks(tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> No
     if client is not None:
         _run_on_cluster(client, tasks, on_result)
         return
-    import dask
-    from dask.base import get_scheduler
+    import dask.config
+    from dask.base import compute, get_scheduler
     from dask.threaded import get as threaded_get
 
     from deltacells._threads import default_threads
@@ -202,7 +202,7 @@ def run_tasks(tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> No
     pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacells-dask") if own_pool else None
     try:
         for first in range(0, len(tasks), batch):
-            results = dask.compute(*tasks[first : first + batch], **({"pool": pool} if pool else {}))
+            results = compute(*tasks[first : first + batch], **({"pool": pool} if pool else {}))
             for offset, result in enumerate(results):
                 on_result(first + offset, result)
     finally:

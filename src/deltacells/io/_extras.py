@@ -141,7 +141,7 @@ def _read_group(store: BaseStore, group: Any, paths: Sequence[str], limit: int) 
         if not (big and lazy_ok):
             elements[path] = ad.io.read_elem(element)
         elif path == "raw":
-            parts = {key: ad.io.read_elem(element[key]) for key in element.keys() if key != "X"}  # noqa: SIM118
+            parts: dict[str, Any] = {key: ad.io.read_elem(element[key]) for key in element.keys() if key != "X"}  # noqa: SIM118
             elements[path] = ad.AnnData(X=_read_lazily(inner), **parts)
         else:
             elements[path] = _read_lazily(element)

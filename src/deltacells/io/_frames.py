@@ -53,10 +53,12 @@ def read_gene_keys(dataset: Dataset, var_key: str | None) -> pd.Index | None:
     table = dataset.var_table()
     values = None if table is None else string_values(table, var_key)
     if values is not None:
-        return pd.Index(values)
+        stored: pd.Index = pd.Index(values)
+        return stored
     var = read_var(dataset)
     if var_key is None:
-        return pd.Index(var.index.astype(str))
+        names: pd.Index = pd.Index(var.index.astype(str))
+        return names
     if var_key not in var.columns:
         return None
     return pd.Index(var[var_key].astype(str).to_numpy())
@@ -110,7 +112,7 @@ def read_obs_frame(
     obs_store, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
     if obs_store is None or (not wanted and not obs_names):
         return pd.DataFrame(index=default_names_of(n_cells))
-    frame = obs_store.to_dataframe(wanted)
+    frame: pd.DataFrame = obs_store.to_dataframe(wanted)
     if not obs_names:
         frame.index = default_names_of(n_cells)
     return frame

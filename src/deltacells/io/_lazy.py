@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from anndata.abc import CSRDataset
 from scipy import sparse
 
 from deltacells._checks import is_integer
+from deltacells._sparse import issparse
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
 
@@ -72,8 +73,8 @@ class TiledCSRDataset(CSRDataset):
         dtype of the values returned: float32 (default), int32, int64 or float64.
     """
 
-    format: ClassVar[str] = "csr"
-    backend = "deltacells"
+    format = "csr"
+    backend = "deltacells"  # type: ignore[assignment, unused-ignore]  # anndata's own datasets' backends only
 
     def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
         self._dataset = dataset
@@ -183,10 +184,12 @@ class TiledCSRDataset(CSRDataset):
         cols = _check_index_kind(cols, "column")
         if is_integer(rows) and is_integer(cols):
             column = normalize_rows(cols, self.shape[1], what="column")
+            assert isinstance(column, np.ndarray)  # an int selects by position
             return self._dataset.read_rows(rows, dtype=self._dtype)[0, int(column[0])]
         matrix = self._dataset.read_rows(rows, dtype=self._dtype)
         if not (isinstance(cols, slice) and cols == slice(None)):
-            matrix = matrix[:, _column_index(cols, self.shape[1])]
+            # scipy-stubs' overloads take an array or a slice of columns, not either
+            matrix = matrix[:, _column_index(cols, self.shape[1])]  # type: ignore[index]
         return _memory_class(matrix)
 
     def to_memory(self) -> sparse.csr_matrix | sparse.csr_array:
@@ -248,8 +251,8 @@ class TiledCSRDataset(CSRDataset):
                 yield block, self._dataset.read_rows(block, dtype=self._dtype)
             return
         for lo in range(0, selected.shape[0], tile_size):
-            block = selected[lo : lo + tile_size]
-            yield block, self._dataset.read_rows(block, dtype=self._dtype)
+            picked = selected[lo : lo + tile_size]
+            yield picked, self._dataset.read_rows(picked, dtype=self._dtype)
 
 
 def _use_sparse_array() -> bool:
@@ -273,7 +276,7 @@ def _check_index_kind(part: Any, what: str) -> Any:
     """
     if isinstance(part, slice) or is_integer(part):
         return part
-    if sparse.issparse(part):
+    if issparse(part):
         if part.ndim == 1:
             return part.toarray()
         msg = f"cannot select {what}s with a 2-D sparse matrix of shape {part.shape}; pass a 1-D array (.toarray())"
@@ -311,7 +314,7 @@ def _split_index(index: Any, shape: tuple[int, int]) -> tuple[Any, Any]:
 
 def _flatten(part: Any) -> Any:
     """``np.ix_`` gives (n, 1) and (1, m) arrays: flatten 2-D index arrays with one long axis."""
-    if isinstance(part, (slice, int, np.integer)) or part is None or sparse.issparse(part):
+    if isinstance(part, (slice, int, np.integer)) or part is None or issparse(part):
         return part
     arr = np.asarray(part)
     if arr.ndim == 2 and 1 in arr.shape:

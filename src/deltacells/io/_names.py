@@ -12,4 +12,5 @@ __all__ = ["default_names"]
 def default_names(cells: np.ndarray) -> pd.Index:
     """The default names of ``cells`` (their numbers as text), built without a Python loop."""
     as_text = pa.array(np.asarray(cells, dtype=np.int64)).cast(pa.string())
-    return pd.Index(as_text.to_numpy(zero_copy_only=False))
+    names: pd.Index = pd.Index(as_text.to_numpy(zero_copy_only=False))
+    return names

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -183,7 +183,7 @@ def read_deltacells(
         adata.uns[UNS_KEY] = entry
         return adata
     stored = open_dataset(
-        path,
+        cast("str | os.PathLike[str]", path),  # a list or tuple is a collection (above); no other sequence is a path
         storage_options=storage_options,
         tile_cache_bytes=tile_cache_bytes,
         threads=threads,
@@ -250,10 +250,12 @@ def read_obs(
             frame = frame.iloc[view_parts(adata)[1]] if adata.is_view else frame
             frame.index = adata.obs_names
             if not adata.is_view:
-                from deltacells.io._lazy_obs import add_lazy_columns
+                from deltacells.io._lazy_obs import LazyObs, add_lazy_columns
 
                 _, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
-                add_lazy_columns(adata.obs, wanted)
+                lazy_obs = adata.obs
+                assert isinstance(lazy_obs, LazyObs)  # not a pandas frame (above): read_deltacells' lazy obs
+                add_lazy_columns(lazy_obs, wanted)
             return frame
         if adata.is_view:
             # A view's obs cannot grow in place: return its rows only.
@@ -303,7 +305,9 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
         restored.raw = ad.AnnData(X=adata.raw.X[:, columns], var=adata.raw.var.iloc[columns])
     else:  # in memory (or a view): reorder what is there
         restored = adata[:, columns].copy()
-    restored.obs = adata.obs.copy()  # a view drops unused categories; keep them as written
+    # A view drops unused categories; keep them as written. (anndata's obs setter is annotated narrower than what
+    # its getter gives: a lazy obs is set back as it is.)
+    restored.obs = adata.obs.copy()  # type: ignore[assignment, unused-ignore]
     restored.uns[UNS_KEY] = uns[UNS_KEY]
     return restored
 
@@ -323,36 +327,43 @@ def _restored_lazily(
     """A new lazy AnnData: the tiles' matrix mapping its columns back, the genes' elements reordered to match."""
     import anndata as ad
 
-    restored = TiledCSRDataset(counts.dataset.with_gene_order("original"), counts.dtype)
+    dataset = counts.dataset
+    assert isinstance(dataset, Dataset)  # a collection's genes are joined, not in a stored order
+    restored = TiledCSRDataset(dataset.with_gene_order("original"), counts.dtype)
 
     def genes(value: Any) -> Any:  # an element whose columns are the tiles' genes
         return restored if value is counts else value[:, columns]
 
+    # The elements as AnnData() takes them: anndata annotates its arguments narrower than what it accepts (a lazy
+    # obs, its own aligned mappings), hence a dict of Any.
+    elements: dict[str, Any]
     if in_raw:  # only raw follows the tiles' genes; X, var and the rest keep the AnnData's own
-        reordered = ad.AnnData(
-            X=adata.X,
-            obs=adata.obs.copy(),
-            var=adata.var,
-            uns=uns,
-            obsm=dict(adata.obsm),
-            obsp=dict(adata.obsp),
-            varm=dict(adata.varm),
-            varp=dict(adata.varp),
-            layers={key: value for key, value in adata.layers.items() if key is not None},
-        )
+        elements = {
+            "X": adata.X,
+            "obs": adata.obs.copy(),
+            "var": adata.var,
+            "uns": uns,
+            "obsm": dict(adata.obsm),
+            "obsp": dict(adata.obsp),
+            "varm": dict(adata.varm),
+            "varp": dict(adata.varp),
+            "layers": {key: value for key, value in adata.layers.items() if key is not None},
+        }
+        reordered = ad.AnnData(**elements)
         reordered.raw = ad.AnnData(X=restored, var=adata.raw.var.iloc[columns])
         return reordered
-    restored_adata = ad.AnnData(
-        X=None if adata.X is None else genes(adata.X),
-        obs=adata.obs.copy(),
-        var=adata.var.iloc[columns].copy(),
-        uns=uns,
-        obsm=dict(adata.obsm),
-        obsp=dict(adata.obsp),
-        varm={key: value[columns] for key, value in adata.varm.items()},
-        varp={key: value[columns][:, columns] for key, value in adata.varp.items()},
-        layers={key: genes(value) for key, value in adata.layers.items() if key is not None},
-    )
+    elements = {
+        "X": None if adata.X is None else genes(adata.X),
+        "obs": adata.obs.copy(),
+        "var": adata.var.iloc[columns].copy(),
+        "uns": uns,
+        "obsm": dict(adata.obsm),
+        "obsp": dict(adata.obsp),
+        "varm": {key: value[columns] for key, value in adata.varm.items()},
+        "varp": {key: value[columns][:, columns] for key, value in adata.varp.items()},
+        "layers": {key: genes(value) for key, value in adata.layers.items() if key is not None},
+    }
+    restored_adata = ad.AnnData(**elements)
     if adata.raw is not None:  # its own genes: unchanged
         restored_adata.raw = adata.raw.to_adata()
     return restored_adata
@@ -370,8 +381,12 @@ def _dataset_of(adata: ad.AnnData) -> Dataset:
         raise InvalidTypeError(msg)
     counts = counts_of(view_parts(adata)[0])  # in X, or in a layer or raw when the AnnData written had them there
     if isinstance(counts, TiledCSRDataset):
-        return counts.dataset
-    return dataset_for(source_of(counts))  # read with chunks=: a dask array of the dataset's blocks
+        dataset = counts.dataset
+        assert isinstance(dataset, Dataset)  # a collection's uns says "joined" (above)
+        return dataset
+    source = source_of(counts)  # read with chunks=: a dask array of the dataset's blocks
+    assert source is not None  # counts_of found one
+    return dataset_for(source)
 
 
 def _check_all_cells(adata: ad.AnnData, dataset: Dataset, *, cache_dir: Any, verify: bool) -> None:

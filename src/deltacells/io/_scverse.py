@@ -30,7 +30,7 @@ def _add_to_scanpy(scanpy: ModuleType) -> None:
     from deltacells.io._read import read_deltacells
 
     if not hasattr(scanpy, "read_deltacells"):
-        scanpy.read_deltacells = read_deltacells
+        scanpy.read_deltacells = read_deltacells  # type: ignore[attr-defined]  # a name added to scanpy's module
     _refuse_lazy_x(scanpy, SCANPY_DISPATCHERS)
 
 

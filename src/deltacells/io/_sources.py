@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._sparse import issparse
 from deltacells.dataset._indexing import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
 
@@ -39,7 +40,7 @@ class MatrixSource:
     def blocks(self, block_rows: int) -> Iterator[Any]:
         """Yield consecutive blocks of about ``block_rows`` selected rows (sparse or dense)."""
         matrix = self.matrix
-        if sparse.issparse(matrix) and matrix.format != "csr":
+        if issparse(matrix) and matrix.format != "csr":
             # Row slices of CSC/COO are slow; one conversion of an in-memory matrix is not.
             matrix = sparse.csr_matrix(matrix)
         for rows in _row_chunks(self.rows, block_rows, matrix):
@@ -55,6 +56,7 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
         msg = "pass either layer= or raw=True, not both"
         raise InvalidValueError(msg)
     ref, rows, cols = view_parts(adata)
+    matrix: Any  # whatever AnnData holds: in memory, backed, dask, a lazy X
     if raw:
         if ref.raw is None:
             msg = "raw=True but this AnnData has no .raw"
@@ -62,7 +64,8 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
         matrix, cols, label = ref.raw.X, slice(None), "raw.X"
     elif layer is not None:
         if layer not in ref.layers:
-            names = [k for k in ref.layers if k is not None]  # anndata 0.13 lists X as None
+            # anndata 0.13 lists X as None (keys(): anndata's Layers.__iter__ is annotated as returning a key)
+            names = [k for k in ref.layers.keys() if k is not None]  # noqa: SIM118
             msg = f"layer {layer!r} not found; this AnnData has layers {names}"
             raise UnknownKeyError(msg)
         matrix, label = ref.layers[layer], f"layers[{layer!r}]"
@@ -75,21 +78,23 @@ def matrix_source(adata: ad.AnnData, *, layer: str | None = None, raw: bool = Fa
     return MatrixSource(matrix, normalize_rows(rows, n_rows), normalize_rows(cols, n_cols), label)
 
 
-def view_parts(adata: ad.AnnData) -> tuple[ad.AnnData, Any, Any]:
+def view_parts(adata: ad.AnnData) -> tuple[ad.AnnData, np.ndarray | slice, np.ndarray | slice]:
     """``(actual AnnData, rows, cols)`` of a view (slices or numpy arrays); an actual AnnData gives itself and ``:``."""
     if not adata.is_view:
         return adata, slice(None), slice(None)
 
-    def as_index(index: Any) -> Any:
+    def as_index(index: Any) -> np.ndarray | slice:
         # anndata >= 0.13 wraps index arrays in an IndexManager that converts with np.asarray.
         return index if isinstance(index, slice) else np.asarray(index)
 
-    return adata._adata_ref, as_index(adata._oidx), as_index(adata._vidx)
+    ref = adata._adata_ref
+    assert ref is not None  # a view's actual AnnData
+    return ref, as_index(adata._oidx), as_index(adata._vidx)
 
 
 def _length(index: np.ndarray | slice) -> int:
     if isinstance(index, slice):
-        return index.stop - index.start
+        return int(index.stop - index.start)
     return int(index.shape[0])
 
 
@@ -126,7 +131,7 @@ def is_dask(matrix: Any) -> bool:
 
 def _read_rows(matrix: Any, rows: np.ndarray | slice) -> Any:
     """``matrix[rows]`` in memory, for every kind of matrix AnnData holds."""
-    if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not sparse.issparse(matrix):
+    if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not issparse(matrix):
         # On-disk arrays (h5py, backed sparse) want increasing, unique indices: read those, then reorder.
         unique, inverse = np.unique(rows, return_inverse=True)
         block = _materialize(matrix[unique])

@@ -34,7 +34,7 @@ def var_frame(table: pa.Table) -> pd.DataFrame:
     index the pandas metadata names (a stored index column, a RangeIndex, or none).
     """
     if not _OBJECT_STRINGS:
-        return table.to_pandas()
+        return _pyarrow_frame(table)
     metadata = _pandas_metadata(table)
     index_columns = metadata.get("index_columns", []) if metadata else []
     stored_index = [c for c in index_columns if isinstance(c, str)]
@@ -45,23 +45,23 @@ def var_frame(table: pa.Table) -> pd.DataFrame:
         if _is_string(kind) and name not in stored_index and (metadata is None or name in as_objects)
     ]
     if len(stored_index) > 1 or len(set(table.column_names)) != len(table.column_names):
-        return table.to_pandas()  # a MultiIndex or repeated names: rare, left to pyarrow
+        return _pyarrow_frame(table)  # a MultiIndex or repeated names: rare, left to pyarrow
     index_name: Any = None
     index_values: np.ndarray | None = None
     if stored_index:
         (index_column,) = stored_index
         if not _is_string(table.schema.field(index_column).type) or index_column not in as_objects:
-            return table.to_pandas()  # a numeric, StringDtype or other stored index: pyarrow restores it exactly
+            return _pyarrow_frame(table)  # a numeric, StringDtype or other stored index: pyarrow restores it exactly
         index_values = _strings(table.column(index_column))
         index_name = _index_name(metadata, index_column)
     if not strings and index_values is None:
-        return table.to_pandas()
+        return _pyarrow_frame(table)
     others = table.drop_columns([*strings, *stored_index])
     if metadata is not None:
         others = others.replace_schema_metadata(_without(table.schema.metadata, metadata, [*strings, *stored_index]))
     rest = others.to_pandas()
     if index_values is None and len(rest) != table.num_rows:  # only string columns, no stored index: pyarrow's way
-        return table.to_pandas()
+        return _pyarrow_frame(table)
     index = rest.index if index_values is None else pd.Index(index_values, dtype=object, name=index_name, copy=False)
     columns = {
         name: _strings(table.column(name)) if name in strings else rest[name].array
@@ -95,15 +95,22 @@ def string_values(table: pa.Table, name: str | None) -> np.ndarray | None:
     return None if column.null_count else _strings(column)
 
 
+def _pyarrow_frame(table: pa.Table) -> pd.DataFrame:
+    """``table.to_pandas()``: pyarrow's own conversion."""
+    frame: pd.DataFrame = table.to_pandas()
+    return frame
+
+
 def _is_string(kind: pa.DataType) -> bool:
     import pyarrow as pa
 
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
 def _strings(column: pa.ChunkedArray) -> np.ndarray:
     """The strings of ``column`` as an object array of ``str`` (``None`` for nulls), what ``to_pandas`` gives."""
-    return column.to_numpy(zero_copy_only=False)
+    strings: np.ndarray = column.to_numpy(zero_copy_only=False)
+    return strings
 
 
 def _pandas_metadata(table: pa.Table) -> dict[str, Any] | None:

@@ -289,13 +289,17 @@ def _obs_to_write(adata: ad.AnnData, obs_columns: Sequence[str] | None, *, max_c
         obs = obs[list(obs_columns)]
     from deltacells.obs import check_obs
 
+    assert isinstance(obs, pd.DataFrame)  # a lazy obs was brought into memory above
     check_obs(obs, max_categories=max_categories)  # raises for columns the format cannot hold
     return obs
 
 
 def _in_memory(frame: Any) -> pd.DataFrame:
     """A table as a pandas DataFrame: a lazy one (anndata's ``Dataset2D``, as ``read_lazy`` gives) is read."""
-    return frame if isinstance(frame, pd.DataFrame) or not hasattr(frame, "to_memory") else frame.to_memory()
+    in_memory: pd.DataFrame = (
+        frame if isinstance(frame, pd.DataFrame) or not hasattr(frame, "to_memory") else frame.to_memory()
+    )
+    return in_memory
 
 
 def _with_extras(metadata: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any]:

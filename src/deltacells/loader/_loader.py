@@ -6,7 +6,7 @@ import hashlib
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -176,6 +176,10 @@ class CellLoader:
     ...     for batch in loader:
     ...         train_step(batch.X, batch.obs["cell_type"])
     """
+
+    #: The epoch, the position to start from and the order's shares, in memory shared with ``DataLoader`` workers
+    #: (a ``multiprocessing.RawArray``); set by ``deltacells.loader._torch.CellDataset``, absent until then.
+    _shared: Any
 
     def __init__(
         self,
@@ -416,7 +420,7 @@ class CellLoader:
             for run in runs:
                 run.close()
 
-    def _stream(self, plan: EpochPlan, stream: Stream, threads: int) -> Iterator[Batch]:
+    def _stream(self, plan: EpochPlan, stream: Stream, threads: int) -> Generator[Batch, None, None]:
         """A stream's batches: its run's windows read through, only the cells of the stream's batches decoded."""
         wanted = np.zeros(stream.end - stream.first, dtype=bool)
         wanted[stream.batches - stream.first] = True
@@ -726,7 +730,7 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
     return rank, world_size
 
 
-def _default_group_tiles(dataset: Dataset) -> int:
+def _default_group_tiles(dataset: Dataset | Collection) -> int:
     """Tiles per group by default: none on a local disk; on object storage 64, or as many as 256 MiB hold."""
     if dataset.is_local:
         return 0

@@ -44,7 +44,8 @@ class Blocks:
     @property
     def lengths(self) -> np.ndarray:
         """Cells in each block."""
-        return self.stops - self.starts
+        lengths: np.ndarray = self.stops - self.starts
+        return lengths
 
     def __len__(self) -> int:
         return int(self.starts.shape[0])
@@ -241,7 +242,8 @@ class EpochPlan:
         offsets = np.cumsum(lengths) - lengths
         total = int(lengths.sum())
         n_windows = max(1, -(-total // self.buffer_size))
-        return offsets * n_windows // max(total, 1)
+        windows: np.ndarray = offsets * n_windows // max(total, 1)
+        return windows
 
     def windows(self, first_cell: int = 0) -> list[tuple[int, int]]:
         """The windows holding stream cells ``first_cell ..`` of the batches: ``(first range, end range)`` each."""

@@ -186,7 +186,8 @@ def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndar
         raise InvalidTypeError(msg)
     dataset = counts.dataset
     genes = None
-    if ref.raw is not None and counts is ref.raw.X:
+    raw_x: object = None if ref.raw is None else ref.raw.X  # anndata types raw.X narrower than what it may hold
+    if raw_x is not None and counts is raw_x:
         cols = slice(None)  # a view selects genes of X, not of raw
     if not (isinstance(cols, slice) and cols == slice(None)):
         genes = np.arange(ref.n_vars)[cols]

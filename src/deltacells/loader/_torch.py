@@ -71,7 +71,8 @@ class CellDataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Batch]:
         if self.num_workers == 0:  # the loader is iterated here, and counts its batches itself
-            return super().__iter__()
+            batches: Iterator[Batch] = super().__iter__()
+            return batches
         loader = self.dataset.loader
         loader._begin(self.num_workers)  # published before the workers start, or resume, their iteration
         return _Counted(super().__iter__(), loader)

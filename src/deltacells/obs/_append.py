@@ -53,7 +53,8 @@ def stored_obs_names(store: BaseStore, manifest: Manifest, *, shards: _Shards | 
         names.append(pq.read_table(pa.BufferReader(blob), columns=[INDEX_COLUMN]).column(0))
     if not names:
         return pd.Index([], dtype=object)
-    return pd.Index(pa.chunked_array([c for column in names for c in column.chunks]).to_pandas())
+    index: pd.Index = pd.Index(pa.chunked_array([c for column in names for c in column.chunks]).to_pandas())
+    return index
 
 
 def append_obs(

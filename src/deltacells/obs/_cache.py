@@ -300,8 +300,11 @@ class ObsStore:
         self._check_names([name])
         return pa.chunked_array(self._checked(name, None), type=self.schema.column(name).pa_type)
 
-    def _chunks(self, name: str) -> list[pa.Array]:
-        """The per-tile arrays of column ``name``'s cache file, localizing it first; kept for later calls."""
+    def _chunks(self, name: str) -> tuple[list[pa.Array], np.ndarray]:
+        """The per-tile arrays of column ``name``'s cache file, localizing it first, and which are checked.
+
+        Kept for later calls; the second array says which tiles' arrays :meth:`_checked` checked in full.
+        """
         mapped = self._mapped.get(name)
         if mapped is None:
             chunks = self._cached_chunks(name, validate=False)
@@ -378,10 +381,12 @@ class ObsStore:
 
     def _index(self, arrays: dict[str, pa.Array]) -> pd.Index:
         if INDEX_COLUMN not in arrays:
-            return pd.Index([str(i) for i in range(self.manifest.n_cells)], dtype=default_string_dtype())
+            numbers: pd.Index = pd.Index([str(i) for i in range(self.manifest.n_cells)], dtype=default_string_dtype())
+            return numbers
         column = self.schema.column(INDEX_COLUMN)
         values = to_pandas_values(column, arrays[INDEX_COLUMN])
-        return pd.Index(values, dtype=getattr(values, "dtype", None), name=column.index_name)
+        index: pd.Index = pd.Index(values, dtype=getattr(values, "dtype", None), name=column.index_name)
+        return index
 
     # ------------------------------------------------------------------ internals: cached files
 

@@ -46,15 +46,17 @@ def categories_index(column: ObsColumn) -> pd.Index:
     dtype = dtype_from_hint(column.pandas_dtype, family="any")
     if dtype is not None:
         try:
-            index = pd.Index(values, dtype=dtype)
+            index: pd.Index | None = pd.Index(values, dtype=dtype)
         except (TypeError, ValueError, OverflowError):
             index = None
         if index is not None and index.tolist() == values:
             return index
     value_type = column.category_type
     if value_type is str or value_type is None:  # no categories: strings, as pandas makes them by default
-        return pd.Index(values, dtype=default_string_dtype())
-    return pd.Index(values, dtype={int: None, float: np.float64, bool: np.bool_}[value_type])
+        strings: pd.Index = pd.Index(values, dtype=default_string_dtype())
+        return strings
+    others: pd.Index = pd.Index(values, dtype={int: None, float: np.float64, bool: np.bool_}[value_type])
+    return others
 
 
 def _categorical(column: ObsColumn, array: pa.Array) -> pd.Categorical:
@@ -72,14 +74,14 @@ def _strings(column: ObsColumn, array: pa.Array) -> Any:
         dtype = default_string_dtype()
     if dtype == np.dtype(object):
         return _writable(array.to_numpy(zero_copy_only=False))  # None for nulls, as read_parquet gives
-    return dtype.__from_arrow__(array)
+    return _from_arrow(dtype, array)
 
 
 def _booleans(column: ObsColumn, array: pa.Array) -> Any:
     dtype = dtype_from_hint(column.pandas_dtype, family="bool")
     if not array.null_count and (dtype is None or isinstance(dtype, np.dtype)):
         return _writable(array.to_numpy(zero_copy_only=False))
-    return pd.BooleanDtype().__from_arrow__(array)  # "boolean" asked for, or nulls that numpy bool cannot hold
+    return _from_arrow(pd.BooleanDtype(), array)  # "boolean" asked for, or nulls that numpy bool cannot hold
 
 
 def _numbers(column: ObsColumn, array: pa.Array) -> Any:
@@ -92,12 +94,17 @@ def _numbers(column: ObsColumn, array: pa.Array) -> Any:
             return array.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
         dtype = None  # an integer dtype cannot hold the nulls: use the nullable one below
     if dtype is not None and hasattr(dtype, "__from_arrow__"):
-        return dtype.__from_arrow__(array)
+        return _from_arrow(dtype, array)
     if is_float or not array.null_count:
         return _writable(array.to_numpy(zero_copy_only=False))
     bits = array.type.bit_width
     nullable = pd.api.types.pandas_dtype(f"{'UInt' if pa.types.is_unsigned_integer(array.type) else 'Int'}{bits}")
-    return nullable.__from_arrow__(array)
+    return _from_arrow(nullable, array)
+
+
+def _from_arrow(dtype: Any, array: pa.Array) -> Any:
+    """``dtype.__from_arrow__(array)``: a pandas extension dtype's array of Arrow values (pandas-stubs omit it)."""
+    return dtype.__from_arrow__(array)
 
 
 def _writable(values: np.ndarray) -> np.ndarray:

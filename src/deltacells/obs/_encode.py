@@ -151,7 +151,8 @@ def _string_array(name: str, values: Any) -> pa.Array:
 
 
 def _encode_categorical(name: str, series: pd.Series, max_categories: int) -> tuple[ObsColumn, pa.Array]:
-    dtype: pd.CategoricalDtype = series.dtype
+    dtype = series.dtype
+    assert isinstance(dtype, pd.CategoricalDtype)  # a categorical column
     categories = dtype.categories
     values, value_type = _category_values(name, categories)
     codes = series.cat.codes.to_numpy()

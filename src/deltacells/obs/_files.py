@@ -66,7 +66,7 @@ def read_column_file(
             if (reader.schema.metadata or {}).get(FINGERPRINT_KEY) != fingerprint.encode():
                 return None
             full = pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-            chunks = reader.read_all().column(0).chunks  # one array per record batch, zero-copy
+            chunks: list[pa.Array] = reader.read_all().column(0).chunks  # one array per record batch, zero-copy
             if len(chunks) != tile_cells.shape[0]:
                 return None
             rows = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))

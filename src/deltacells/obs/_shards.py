@@ -10,7 +10,7 @@ row groups of a fetched shard from memory and checks them against the schema and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -113,7 +113,7 @@ def fetch_shards(
     schema: ObsSchema,
     plan: Sequence[tuple[int, bool]],
     names: Sequence[str],
-) -> Iterator[FetchedShard]:
+) -> Generator[FetchedShard, None, None]:
     """Fetch the shards of ``plan``, in order, a batch at a time, the next batch while the caller decodes.
 
     Parameters
@@ -147,6 +147,7 @@ def fetch_shards(
     try:
         pending = pool.submit(_fetch_batch, store, manifest, schema, batches[0], list(names))
         for number in range(len(batches)):
+            assert pending is not None  # submitted before the loop, then for each next batch
             current = pending.result()
             pending = None
             if number + 1 < len(batches):

@@ -197,7 +197,8 @@ def _shard_bytes(table: pa.Table, schema: ObsSchema, row_groups: list[tuple[int,
     with pq.ParquetWriter(sink, arrow_schema, write_statistics=False, **options) as writer:
         for start, rows in row_groups:
             writer.write_table(table.slice(start, rows), row_group_size=rows)
-    return sink.getvalue().to_pybytes()
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
 
 
 def _check_tile_cells(tile_cells: Any) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +94,7 @@ class BaseStore(abc.ABC):
             If the object does not exist (also for an empty range).
         """
 
-    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+    def read_many(self, requests: Iterable[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
         """Many objects or ranges at once: ``[self.read(*r) for r in requests]``, fetched concurrently.
 
         The requests go through :meth:`submit_read`, at most ``max_workers`` (default
@@ -117,14 +117,14 @@ class BaseStore(abc.ABC):
         MissingObjectError
             Naming the first missing object (in request order).
         """
-        requests = list(requests)
+        wanted = list(requests)
         window = max(1, min(max_workers or self.io_concurrency, self.io_concurrency))
-        if window <= 1 or len(requests) <= 1:
-            return [self.read(path, start, end) for path, start, end in requests]
+        if window <= 1 or len(wanted) <= 1:
+            return [self.read(path, start, end) for path, start, end in wanted]
         futures: list[Future[bytes]] = []
         results: list[bytes] = []
         try:
-            for request in requests:
+            for request in wanted:
                 if len(futures) - len(results) >= window:
                     results.append(futures[len(results)].result())
                 futures.append(self.submit_read(*request))

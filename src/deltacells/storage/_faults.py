@@ -170,5 +170,5 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        base: float = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
         return base * (0.5 + random.random() / 2)  # jitter, not cryptography

@@ -38,25 +38,25 @@ def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connecti
     botocore's and s3fs's own retries off (deltacells retries, once, for every filesystem alike).
     http(s) (aiohttp): ``client_kwargs["timeout"]``.
     """
-    options = copy.copy(dict(options))
+    merged = copy.copy(dict(options))
     if protocol in ("s3", "s3a"):
-        config = dict(options.get("config_kwargs") or {})
+        config = dict(merged.get("config_kwargs") or {})
         config.setdefault("connect_timeout", DEFAULT_TIMEOUTS["connect"])
         config.setdefault("read_timeout", DEFAULT_TIMEOUTS["read"])
         config.setdefault("retries", {"total_max_attempts": 1})  # deltacells' RetryPolicy retries
         config.setdefault("max_pool_connections", connections)  # botocore's default of 10 would cap concurrency
-        options["config_kwargs"] = config
-        options.setdefault("skip_instance_cache", True)  # an instance of its own, whose s3fs retries are set
+        merged["config_kwargs"] = config
+        merged.setdefault("skip_instance_cache", True)  # an instance of its own, whose s3fs retries are set
     elif protocol in ("http", "https"):
-        client = dict(options.get("client_kwargs") or {})
+        client = dict(merged.get("client_kwargs") or {})
         if "timeout" not in client:
             import aiohttp
 
             client["timeout"] = aiohttp.ClientTimeout(
                 total=None, sock_connect=DEFAULT_TIMEOUTS["connect"], sock_read=DEFAULT_TIMEOUTS["read"]
             )
-        options["client_kwargs"] = client
-    return options
+        merged["client_kwargs"] = client
+    return merged
 
 
 #: The filesystems deltacells made for itself (``skip_instance_cache``: s3fs with its retries set), by process and
@@ -69,7 +69,8 @@ _OWN_FILESYSTEMS_LOCK = threading.Lock()
 def _filesystem(url: str, protocol: str, options: dict[str, Any]) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem and root path of ``url``: fsspec's, or deltacells' own one for these options."""
     if not options.get("skip_instance_cache") or "::" in url:
-        return fsspec.core.url_to_fs(url, **options)
+        found: tuple[fsspec.AbstractFileSystem, str] = fsspec.core.url_to_fs(url, **options)
+        return found
     key = (os.getpid(), fsspec.utils.tokenize(protocol, options))
     with _OWN_FILESYSTEMS_LOCK:
         fs = _OWN_FILESYSTEMS.get(key)
@@ -255,19 +256,22 @@ class FsspecStore(BaseStore):
             return _read_local_range(full, start, end)
         if _plain(start, end):
             try:
-                return self.fs.cat_file(full, start=start, end=end)
+                data: bytes = self.fs.cat_file(full, start=start, end=end)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 size = int(self.fs.size(full))  # a range that starts at or past the end (HTTP 416)
                 return _empty_range_or_raise(exc, start, end, size)
+            return data
         first, stop, _ = slice(start, end).indices(int(self.fs.size(full)))
-        return self.fs.cat_file(full, start=first, end=stop) if stop > first else b""
+        data = self.fs.cat_file(full, start=first, end=stop) if stop > first else b""
+        return data
 
     async def _read_async(self, path: str, start: int | None, end: int | None) -> bytes:
         fs, full = self.fs, self._full(path)
         if start is None and end is None and hasattr(fs, "_cat_file_concurrent"):
-            return await fs._cat_file(full, max_concurrency=1)  # s3fs: one GET, no HEAD for the size first
+            whole: bytes = await fs._cat_file(full, max_concurrency=1)  # s3fs: one GET, no HEAD for the size first
+            return whole
         if not _plain(start, end):
             first, stop, _ = slice(start, end).indices(int(await fs._size(full)))
             if stop <= first:
@@ -276,12 +280,13 @@ class FsspecStore(BaseStore):
         if start is not None and end is not None and start >= end:
             return b""
         try:
-            return await fs._cat_file(full, start=start, end=end)
+            data: bytes = await fs._cat_file(full, start=start, end=end)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             size = int(await fs._size(full))  # a range that starts at or past the end (S3: 416 InvalidRange)
             return _empty_range_or_raise(exc, start, end, size)
+        return data
 
     async def _bounded(self, path: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt`` under the store's bound on requests in flight, with retries and a timeout."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -45,7 +45,7 @@ class PrefixStore(BaseStore):
         """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`)."""
         return self.store.read(self._inner(path), start, end)
 
-    def read_many(self, requests: Sequence[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+    def read_many(self, requests: Iterable[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
         """Many objects or ranges at once, in request order, through the inner store's ``read_many``."""
         inner = [(self._inner(path), start, end) for path, start, end in requests]
         return self.store.read_many(inner, max_workers=max_workers)

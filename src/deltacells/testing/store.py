@@ -176,7 +176,7 @@ class StoreTests:
     def test_read_many_missing_object(self, store: BaseStore, max_workers: int | None) -> None:
         """A missing object among many requests raises, naming it."""
         self.fill(store, {f"o/{i}": b"x" * i for i in range(10)})
-        requests = [(f"o/{i}", None, None) for i in range(10)]
+        requests: list[tuple[str, int | None, int | None]] = [(f"o/{i}", None, None) for i in range(10)]
         requests.insert(6, ("o/absent", 0, 1))
         self.assert_missing(store, "o/absent", lambda: store.read_many(requests, max_workers=max_workers))
 

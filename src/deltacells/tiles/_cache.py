@@ -58,7 +58,7 @@ def _holds(tile: Any, cells: np.ndarray | None) -> bool:
     """Whether ``tile`` holds ``cells`` (``None``: every cell, i.e. it is complete)."""
     if cells is None:
         return getattr(tile, "complete", True)
-    return tile.holds(cells)
+    return bool(tile.holds(cells))
 
 
 def _grows(old: Any, new: Any) -> bool:

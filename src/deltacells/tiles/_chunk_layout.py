@@ -47,7 +47,8 @@ def kept_chunk_starts(reader: TileReader, cache_dir: Path) -> np.ndarray:
     except (OSError, ValueError):
         kept = None
     if kept is not None and _fits(kept, manifest):
-        return kept.astype(np.int64, copy=False)
+        kept_starts: np.ndarray = kept.astype(np.int64, copy=False)
+        return kept_starts
     starts = read_chunk_starts(reader)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -280,7 +280,8 @@ def _checked_tiles(
             plans.append((t, w, None, ranged_read_pays(store, manifest, t, w.shape[0], cells=w)))
     if store.is_local:
         reads = [
-            (_read_local_ranged, reader, t, *known) if ranged else (_read_local, reader, t, w)
+            # A local tile is read in ranges only with a kept prefix (ranged_read_pays is False on local storage).
+            (_read_local_ranged, reader, t, *known) if ranged and known is not None else (_read_local, reader, t, w)
             for t, w, known, ranged in plans
         ]
         if len(reads) > 1 and parallel:
@@ -298,8 +299,8 @@ def _checked_tiles(
                 fetches.append((t, False, reader._submit_fetch(t), w))
         return [_from_fetch(reader, t, ranged, fetched, w) for t, ranged, fetched, w in fetches]
     finally:
-        for _, _, fetched, _ in fetches:
-            fetched.cancel()
+        for _, _, pending, _ in fetches:
+            pending.cancel()
 
 
 def _read_local(reader: TileReader, tile: int, wanted: np.ndarray) -> _Chunks:

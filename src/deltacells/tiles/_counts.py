@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._sparse import issparse
 from deltacells.errors import RAW_COUNTS_HINT, InvalidTypeError, InvalidValueError
 
 MAX_COUNT = 2**31 - 1
@@ -40,7 +41,7 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
     if dtype.kind not in "iuf":
         msg = f"counts must have an integer or float dtype, got {dtype}. {RAW_COUNTS_HINT}."
         raise InvalidTypeError(msg)
-    if sparse.issparse(block):
+    if issparse(block):
         csr = sparse.csr_matrix(block)
     else:
         dense = np.asarray(block)
@@ -117,7 +118,7 @@ def _sums_as_is(block: Any, n_genes: int) -> bool:
     Duplicates and explicit zeros do not change column sums; a block that fails a check is left to
     :func:`to_count_csr` to name the offending value.
     """
-    if not (sparse.issparse(block) and block.format in ("csr", "csc", "coo")) or block.shape[1] != n_genes:
+    if not (issparse(block) and block.format in ("csr", "csc", "coo")) or block.shape[1] != n_genes:
         return False
     data = block.data
     if data.dtype.kind not in "iuf":

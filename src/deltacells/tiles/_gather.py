@@ -12,14 +12,24 @@ other's branch: the loops over the nonzeros are the same as if each kernel had i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from deltacells._jit import kernel
 from deltacells.codec._kernels import radix_offsets, radix_passes, radix_scratch, radix_sorted_scratch, radix_top
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    #: Row pointers, columns, rows or output slots (numba compiles each kernel for the integer dtypes it is given).
+    Ints = NDArray[np.integer[Any]]
+    #: Values, of any numeric dtype.
+    Values = NDArray[Any]
+
 
 @kernel
-def _run_end(rows, out_slots, i):  # pragma: no cover
+def _run_end(rows: Ints, out_slots: Ints, i: int) -> int:  # pragma: no cover
     """First ``k > i`` where the run of consecutive rows (and output slots) starting at ``i`` stops."""
     k = i + 1
     while k < rows.shape[0] and rows[k] == rows[k - 1] + 1 and out_slots[k] == out_slots[k - 1] + 1:
@@ -28,19 +38,21 @@ def _run_end(rows, out_slots, i):  # pragma: no cover
 
 
 @kernel
-def _copy(source, target):  # pragma: no cover
+def _copy(source: Values, target: Values) -> None:  # pragma: no cover
     for j in range(source.shape[0]):
         target[j] = source[j]
 
 
 @kernel
-def _map(source, columns, target):  # pragma: no cover
+def _map(source: Ints, columns: Ints, target: Ints) -> None:  # pragma: no cover
     for j in range(source.shape[0]):
         target[j] = columns[source[j]]
 
 
 @kernel
-def _sort_rows(out_indptr, out_slots, out_indices, out_data, i, k):  # pragma: no cover
+def _sort_rows(  # pragma: no cover
+    out_indptr: Ints, out_slots: Ints, out_indices: Ints, out_data: Values, i: int, k: int
+) -> None:
     """Put the columns of the output rows ``out_slots[i:k]`` in increasing order (with their values)."""
     for r in range(i, k):
         dest = out_indptr[out_slots[r]]
@@ -54,9 +66,18 @@ def _sort_rows(out_indptr, out_slots, out_indices, out_data, i, k):  # pragma: n
 
 
 @kernel
-def _gather_runs(
-    src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort
-):  # pragma: no cover
+def _gather_runs(  # pragma: no cover
+    src_indptr: Ints,
+    src_indices: Ints,
+    src_data: Values,
+    rows: Ints,
+    out_indptr: Ints,
+    out_slots: Ints,
+    out_indices: Ints,
+    out_data: Values,
+    columns: Ints | None,
+    sort: bool,
+) -> None:
     """The run loop of both kernels: copy row ``rows[i]`` of the source into output row ``out_slots[i]``.
 
     ``columns`` is ``None`` (stored columns copied as they are) or the column map (``columns[j]`` written
@@ -81,9 +102,16 @@ def _gather_runs(
 
 
 @kernel
-def gather_rows(
-    src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data
-):  # pragma: no cover
+def gather_rows(  # pragma: no cover
+    src_indptr: Ints,
+    src_indices: Ints,
+    src_data: Values,
+    rows: Ints,
+    out_indptr: Ints,
+    out_slots: Ints,
+    out_indices: Ints,
+    out_data: Values,
+) -> None:
     """Copy row ``rows[i]`` of the source into output row ``out_slots[i]``.
 
     ``out_indptr`` must already hold the output row pointers; ``out_data`` may have
@@ -93,9 +121,18 @@ def gather_rows(
 
 
 @kernel
-def gather_rows_mapped(
-    src_indptr, src_indices, src_data, rows, out_indptr, out_slots, out_indices, out_data, columns, sort
-):  # pragma: no cover
+def gather_rows_mapped(  # pragma: no cover
+    src_indptr: Ints,
+    src_indices: Ints,
+    src_data: Values,
+    rows: Ints,
+    out_indptr: Ints,
+    out_slots: Ints,
+    out_indices: Ints,
+    out_data: Values,
+    columns: Ints,
+    sort: bool,
+) -> None:
     """:func:`gather_rows`, writing column ``columns[j]`` for stored column ``j`` (one gather per nonzero).
 
     With ``sort``, each output row's columns are then put in increasing order (with their values).
@@ -104,9 +141,19 @@ def gather_rows_mapped(
 
 
 @kernel
-def gather_rows_split(
-    src_indptr, src_indices, src_data, rows, pieces, piece_rows, indptr_starts, indptrs, nnz_starts, indices, data
-):  # pragma: no cover
+def gather_rows_split(  # pragma: no cover
+    src_indptr: Ints,
+    src_indices: Ints,
+    src_data: Values,
+    rows: Ints,
+    pieces: Ints,
+    piece_rows: Ints,
+    indptr_starts: Ints,
+    indptrs: Ints,
+    nnz_starts: Ints,
+    indices: Ints,
+    data: Values,
+) -> None:
     """Copy row ``rows[i]`` of the source into row ``piece_rows[i]`` of output ``pieces[i]``.
 
     The outputs are separate CSR matrices laid end to end: output ``p``'s row pointers are
@@ -124,20 +171,20 @@ def gather_rows_split(
 
 
 @kernel
-def gather_rows_split_sorted(
-    src_indptr,
-    src_indices,
-    src_data,
-    rows,
-    pieces,
-    piece_rows,
-    indptr_starts,
-    indptrs,
-    nnz_starts,
-    indices,
-    data,
-    n_columns,
-):  # pragma: no cover
+def gather_rows_split_sorted(  # pragma: no cover
+    src_indptr: Ints,
+    src_indices: Ints,
+    src_data: Values,
+    rows: Ints,
+    pieces: Ints,
+    piece_rows: Ints,
+    indptr_starts: Ints,
+    indptrs: Ints,
+    nnz_starts: Ints,
+    indices: Ints,
+    data: Values,
+    n_columns: int,
+) -> None:
     """:func:`gather_rows_split`, each row's columns sorted on the way (source rows mapped, not yet sorted).
 
     A least-significant-digit radix sort of each row, 8 bits of the column a pass, in scratch rows in L1 cache,
@@ -172,7 +219,7 @@ def gather_rows_split_sorted(
 
 
 @kernel
-def drop_dropped_columns(indptr, indices, data, limit):  # pragma: no cover
+def drop_dropped_columns(indptr: Ints, indices: Ints, data: Values, limit: int) -> int:  # pragma: no cover
     """Remove, in place, every nonzero whose column is ``limit`` or more; rewrite ``indptr``; return the new nnz.
 
     For rows mapped into a joined gene space where the genes left out (an inner join's) map to ``limit``: once
@@ -193,4 +240,5 @@ def drop_dropped_columns(indptr, indices, data, limit):  # pragma: no cover
         write += kept - lo
         indptr[r + 1] = write
         lo = hi
-    return write - indptr[0]
+    kept_nnz: int = write - indptr[0]
+    return kept_nnz

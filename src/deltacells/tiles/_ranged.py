@@ -31,6 +31,7 @@ object, so cannot be checked; every other rule of the format is, for what is rea
 
 from __future__ import annotations
 
+import functools
 import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, NamedTuple
@@ -135,7 +136,12 @@ def chunks_to_decode(
     ``held`` is dropped (returned as None, every needed chunk kept) unless its chunk boundaries are the
     prefix's: a decoding of an object since rewritten is not merged with the new one.
     """
-    if held is None or held.chunk_mask is None or not np.array_equal(held.chunk_bounds, prefix.chunk_bounds):
+    if (
+        held is None
+        or held.chunk_mask is None
+        or held.chunk_bounds is None
+        or not np.array_equal(held.chunk_bounds, prefix.chunk_bounds)
+    ):
         return needed, None
     return needed[~held.chunk_mask[needed]], held
 
@@ -213,7 +219,9 @@ def submit_ranged_fetch(
             return
         for start, end in ranges:
             store.submit_read(name, start, end).add_done_callback(
-                lambda piece, start=start: on_piece(piece, start, prefix, pieces, chunks, skip, len(ranges))
+                functools.partial(
+                    on_piece, start=start, prefix=prefix, pieces=pieces, chunks=chunks, skip=skip, n=len(ranges)
+                )
             )
 
     def on_piece(

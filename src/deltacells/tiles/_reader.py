@@ -268,7 +268,7 @@ class TileReader:
         fetch_ahead = max(decode_ahead + 1, 1 if local else self.store.io_concurrency)
         sizes = self.manifest.tile_bytes
         pool = shared_pool()
-        fetches: dict[int, Future[Any]] = {}  # a whole tile's bytes, a RangedFetch, or a tile the cache held
+        fetches: dict[int, Future[Any] | _Held] = {}  # a whole tile's bytes, a RangedFetch, or a tile the cache held
         decodes: deque[tuple[int, Future[DecodedTile]]] = deque()
         next_fetch = next_decode = 0
         ahead_bytes = 0  # compressed bytes fetched (or being fetched) and not yet decoded
@@ -300,6 +300,7 @@ class TileReader:
                     t, cells = int(order[next_decode]), wanted[next_decode]
                     fetched = fetches.pop(next_decode, None)
                     if ranged[next_decode]:
+                        assert isinstance(fetched, Future)  # every tile to decode by now was fetched
                         decodes.append((t, pool.submit(self._decode_ranged, t, fetched)))
                     elif isinstance(fetched, _Held):
                         decodes.append((t, fetched.future))
@@ -513,7 +514,7 @@ def _wants_every_chunk(blob: bytes | memoryview, cells: np.ndarray) -> bool:
         table = read_chunk_table(view, TileHeader.unpack(view))
         cell_lo, cell_hi = table[:, CELL_LO].astype(np.int64), table[:, CELL_HI].astype(np.int64)
         touched = np.unique(np.searchsorted(cell_hi, cells, side="right"))
-        return touched.shape[0] >= int(np.count_nonzero(cell_hi > cell_lo))
+        return int(touched.shape[0]) >= int(np.count_nonzero(cell_hi > cell_lo))
     except (ValueError, TypeError, OverflowError):  # a FormatError (a ValueError) too
         return False
 

@@ -21,7 +21,7 @@ from xarray.core.extension_array import PandasExtensionArray
 from xarray.core.indexing import IndexingSupport, LazilyIndexedArray, explicit_indexing_adapter
 
 if TYPE_CHECKING:
-    from deltacells.obs import ObsStore
+    from deltacells.io._lazy_obs._source import LazyObsStore
 
 __all__ = [
     "OBS_DIM",
@@ -42,7 +42,7 @@ OBS_DIM = "cell"
 SOURCE_KEY = "deltacells_obs_column"
 
 
-def cached_column_variable(obs_store: ObsStore, name: str, dim: str = OBS_DIM) -> xr.Variable:
+def cached_column_variable(obs_store: LazyObsStore, name: str, dim: str = OBS_DIM) -> xr.Variable:
     """Column ``name`` of ``obs_store`` as a lazily indexed xarray variable along ``dim``."""
     return xr.Variable((dim,), LazilyIndexedArray(CachedObsColumn(obs_store, name)), encoding={SOURCE_KEY: name})
 
@@ -75,7 +75,7 @@ class CellNumberIndex(xr.indexes.PandasIndex):
             else:
                 return super().isel(indexers)
             numbers = index.start + index.step * positions
-            return self._replace(pd.Index(numbers, dtype=np.int64, name=index.name))
+            return self._replace(pd.Index(numbers, dtype=np.int64, name=index.name))  # type: ignore[no-untyped-call]  # unannotated in xarray
         return super().isel(indexers)
 
 
@@ -95,7 +95,7 @@ class CachedObsColumn(BackendArray):
         The column.
     """
 
-    def __init__(self, obs_store: ObsStore, name: str) -> None:
+    def __init__(self, obs_store: LazyObsStore, name: str) -> None:
         self.obs_store = obs_store
         self.name = name
         self.shape = (obs_store.n_obs,)

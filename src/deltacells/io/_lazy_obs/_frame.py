@@ -48,7 +48,7 @@ from deltacells.io._lazy_obs._source import ObsSource
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from deltacells.obs import ObsStore
+    from deltacells.io._lazy_obs._source import LazyObsStore
 
 __all__ = ["LazyObs", "add_lazy_columns", "lazy_obs_frame"]
 
@@ -60,7 +60,7 @@ STRING_DTYPE_KEY = "deltacells_string_dtype"
 DEFAULT_ROWS = 5
 
 
-def lazy_obs_frame(obs_store: ObsStore | None, n_cells: int, columns: Sequence[str], *, names: bool) -> LazyObs:
+def lazy_obs_frame(obs_store: LazyObsStore | None, n_cells: int, columns: Sequence[str], *, names: bool) -> LazyObs:
     """A :class:`LazyObs` over ``n_cells`` cells with the obs ``columns`` of ``obs_store``, read when used.
 
     Parameters
@@ -169,7 +169,8 @@ class LazyObs(Dataset2D):
 
     @index.setter
     def index(self, value: Any) -> None:
-        Dataset2D.index.fset(self, value)  # anndata's setter, which replaces the cell numbers
+        Dataset2D.index.fset(self, value)  # type: ignore[attr-defined]  # a property with a setter, to mypy an overload
+        # (anndata's setter above replaces the cell numbers)
         self._names = None
 
     @property
@@ -179,7 +180,7 @@ class LazyObs(Dataset2D):
 
     @columns.setter
     def columns(self, value: Any) -> None:
-        Dataset2D.columns.fset(self, value)
+        Dataset2D.columns.fset(self, value)  # type: ignore[attr-defined]  # as index's above
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -187,7 +188,7 @@ class LazyObs(Dataset2D):
         return (self.ds.sizes[self.index_dim], len(self.columns))
 
     @property
-    def dtypes(self) -> pd.Series:
+    def dtypes(self) -> pd.Series:  # type: ignore[override]  # pandas' Series of dtypes, not anndata's Mapping
         """Each column's pandas dtype, from the schema (a view's categoricals read, for the categories it has)."""
         return pd.Series({name: self._dtype(name) for name in self.columns}, dtype=object)
 
@@ -275,13 +276,14 @@ class LazyObs(Dataset2D):
             raise KeyError(msg)
         return super().__getitem__(key)
 
-    def __setitem__(self, key: Hashable, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: Any) -> None:  # type: ignore[override]  # one column, as pandas
         """Set a column, as pandas does: an array, a list or a Series of the frame's length (by position)."""
         dtype = None
         if isinstance(value, pd.Series | pd.Index):
             value = value.array
         if isinstance(value, pd.api.extensions.ExtensionArray) and isinstance(value.dtype, pd.StringDtype):
-            dtype, value = value.dtype, value.to_numpy(dtype=object, na_value=None)  # xarray keeps text in numpy
+            # xarray keeps text in numpy; pandas-stubs leave None out of na_value's types
+            dtype, value = value.dtype, value.to_numpy(dtype=object, na_value=None)  # type: ignore[arg-type]
         elif isinstance(value, pd.arrays.NumpyExtensionArray):
             value = value.to_numpy()
         super().__setitem__(key, value)
@@ -304,11 +306,13 @@ class LazyObs(Dataset2D):
 
     def head(self, n: int = DEFAULT_ROWS) -> pd.DataFrame:
         """The first ``n`` rows as a :class:`pandas.DataFrame` (all but the last ``-n`` for a negative ``n``)."""
-        return self.iloc[:n].to_memory()
+        rows: pd.DataFrame = self.iloc[:n].to_memory()
+        return rows
 
     def tail(self, n: int = DEFAULT_ROWS) -> pd.DataFrame:
         """The last ``n`` rows as a :class:`pandas.DataFrame` (all but the first ``-n`` for a negative ``n``)."""
-        return self.iloc[max(len(self) - n, 0) if n >= 0 else -n :].to_memory()
+        rows: pd.DataFrame = self.iloc[max(len(self) - n, 0) if n >= 0 else -n :].to_memory()
+        return rows
 
     # ------------------------------------------------------------------ selecting rows
 
@@ -438,7 +442,7 @@ class _Loc:
             raise InvalidValueError(msg)
         else:
             single = isinstance(rows, str) or not _is_name_list(rows)
-            positions = frame.index.get_indexer([rows] if single else list(rows))
+            positions = frame.index.get_indexer(pd.Index([rows] if single else list(rows)))
             if (positions < 0).any():
                 missing = np.asarray([rows] if single else list(rows), dtype=object)[positions < 0]
                 msg = f"{missing.tolist()[:10]} not in the obs names"

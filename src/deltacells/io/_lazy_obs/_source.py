@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -15,9 +15,47 @@ from deltacells.io._names import default_names
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from deltacells.obs import ObsStore
+__all__ = ["LazyObsStore", "ObsSource"]
 
-__all__ = ["ObsSource"]
+
+class _NamedIndex(Protocol):
+    """A column of an obs schema, as a lazy obs sees it: the name of the cells' index."""
+
+    @property
+    def index_name(self) -> str | None:
+        """The name of the pandas index (``_index`` only)."""
+
+
+class _LazyObsSchema(Protocol):
+    """An obs schema, as a lazy obs sees it: whether cell names are stored, and their column."""
+
+    @property
+    def has_index(self) -> bool:
+        """Whether the cells' names are stored."""
+
+    def column(self, name: str) -> _NamedIndex:
+        """Column ``name``."""
+
+
+class LazyObsStore(Protocol):
+    """What a lazy obs reads from: one dataset's :class:`~deltacells.obs.ObsStore`, or a collection's obs."""
+
+    @property
+    def schema(self) -> _LazyObsSchema:
+        """The columns stored."""
+
+    @property
+    def n_obs(self) -> int:
+        """Cells."""
+
+    def take(self, name: str, cells: np.ndarray | None = None) -> Any:
+        """Column ``name`` for ``cells`` (``None``: every cell)."""
+
+    def dtype(self, name: str) -> Any:
+        """The dtype :meth:`take` gives for column ``name``."""
+
+    def arrow_column(self, name: str) -> pa.ChunkedArray:
+        """Column ``name`` as Arrow, one chunk per tile."""
 
 
 class ObsSource:
@@ -34,7 +72,7 @@ class ObsSource:
         are ``"0" .. "n-1"``, as anndata names cells by default.
     """
 
-    def __init__(self, obs_store: ObsStore | None, n_cells: int, *, names: bool) -> None:
+    def __init__(self, obs_store: LazyObsStore | None, n_cells: int, *, names: bool) -> None:
         self.obs_store = obs_store
         self.n_cells = int(n_cells)
         self.stored_names = bool(names) and obs_store is not None and obs_store.schema.has_index
@@ -61,7 +99,8 @@ class ObsSource:
         assert self.obs_store is not None
         values = self.obs_store.take(INDEX_COLUMN, cells)
         index_name = self.obs_store.schema.column(INDEX_COLUMN).index_name
-        return pd.Index(values, dtype=getattr(values, "dtype", None), name=index_name)
+        index: pd.Index = pd.Index(values, dtype=getattr(values, "dtype", None), name=index_name)
+        return index
 
     def positions(self, keys: Sequence[str] | np.ndarray) -> np.ndarray:
         """The cell number of each name in ``keys`` (the first cell of that name), ``-1`` where none has it.
