@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from deltacells.errors import DeltaCellsError
+
 
 def parse_storage_options(text: str | None) -> dict[str, Any] | None:
     """The value of ``--storage-options`` as a dict.
@@ -75,8 +77,7 @@ class ZstdLevel(click.ParamType):
         click.BadParameter
             For an unknown name or a number outside ``1 .. 22``.
         """
-        from deltacells.codec._encode import resolve_level
-        from deltacells.errors import DeltaCellsError
+        from deltacells.codec import resolve_level
 
         try:
             return resolve_level(value if isinstance(value, int) else str(value))
@@ -86,7 +87,7 @@ class ZstdLevel(click.ParamType):
 
 def level_option() -> Any:
     """``--level``: zstd level or preset (default ``default``), as the integer that ``write_deltacells`` takes."""
-    from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
+    from deltacells.codec import ARCHIVE_LEVEL, DEFAULT_LEVEL
 
     return click.option(
         "--level",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
-from deltacells.dataset._indexing import normalize_rows
+from deltacells.dataset import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
 
 if TYPE_CHECKING:
