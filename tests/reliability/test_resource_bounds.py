@@ -27,7 +27,8 @@ from reliability_lib import BENCH_MEMORY
 
 import deltacells
 import deltacells.codec as reader_module  # the tile checker imports decode_tile from here when it runs
-import deltacells.codec._partial as partial_module  # the reader imports decode_chunks from here when it runs
+import deltacells.tiles._ranged as ranged_module  # these two decode tiles in part: decode_chunks, merge_partial
+import deltacells.tiles._reader as tile_reader_module
 from deltacells.dataset import DatasetWriter
 
 THREADS = 2
@@ -90,8 +91,9 @@ def live(monkeypatch: pytest.MonkeyPatch) -> LiveTiles:
     counter = LiveTiles()
     monkeypatch.setattr(reader_module, "decode_tile", counter.wrap(reader_module.decode_tile))
     # tiles wanted for some of their cells are decoded chunk by chunk, and merged with what is cached
-    for name in ("decode_chunks", "merge_partial"):
-        monkeypatch.setattr(partial_module, name, counter.wrap(getattr(partial_module, name)))
+    for module in (tile_reader_module, ranged_module):
+        for name in ("decode_chunks", "merge_partial"):
+            monkeypatch.setattr(module, name, counter.wrap(getattr(module, name)))
     return counter
 
 

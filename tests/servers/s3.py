@@ -158,28 +158,29 @@ class S3Server(ServerLifecycle):
         }
 
 
-_CONDITIONAL_PUTS = threading.Lock()
+_WRITES = threading.RLock()
 
 
 def _atomic_conditional_puts() -> None:
     """Make moto's conditional PUTs (``If-Match`` / ``If-None-Match``) atomic, as S3's are.
 
     moto compares the ETag and stores the object in two steps, and its server answers requests on threads: two
-    conditional PUTs of one key could both pass the comparison. S3 guarantees that only one succeeds (the other
-    gets 412, or 409 while the first is in flight); the tests of concurrent appenders rely on that guarantee, so
-    the test server provides it by serialising conditional PUTs.
+    conditional PUTs of one key could both pass the comparison, and a copy (or a plain PUT) could land between
+    a conditional PUT's comparison and its write, which the conditional PUT would then overwrite. S3 guarantees
+    that a conditional write compares and writes in one step against every other write (the other gets 412,
+    or 409 while the first is in flight); the appends' commits and roll-forwards rely on that guarantee, so the
+    test server provides it by serialising the requests that write an object whole (PUT, copy).
     """
     from moto.s3.responses import S3Response
 
-    original = S3Response.put_object
-    if getattr(original, "serialised", False):
-        return
+    for name in ("put_object", "copy_object"):
+        original = getattr(S3Response, name)
+        if getattr(original, "serialised", False):
+            continue
 
-    def put_object(self: S3Response) -> Any:
-        if self.headers.get("If-Match") or self.headers.get("If-None-Match"):
-            with _CONDITIONAL_PUTS:
+        def serialised(self: S3Response, original: Any = original) -> Any:
+            with _WRITES:
                 return original(self)
-        return original(self)
 
-    put_object.serialised = True  # type: ignore[attr-defined]
-    S3Response.put_object = put_object  # type: ignore[method-assign]
+        serialised.serialised = True  # type: ignore[attr-defined]
+        setattr(S3Response, name, serialised)

@@ -14,8 +14,12 @@ import numpy as np
 import pytest
 
 import deltacells
+import deltacells.dataset._commit as commit_module
 import deltacells.storage._durable as durable
 from deltacells.datasets import synthetic_counts
+
+#: The modules that look ``fsync_path`` up when they flush: the stores' (``BaseStore.sync``) and the commits'.
+FLUSHERS = (durable, commit_module)
 
 
 @pytest.fixture
@@ -31,7 +35,8 @@ def flushed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
         record.append((os.path.abspath(path), (root / "manifest.json").exists()))
         real(path)
 
-    monkeypatch.setattr(durable, "fsync_path", fsync_path)
+    for module in FLUSHERS:
+        monkeypatch.setattr(module, "fsync_path", fsync_path)
     return record
 
 
@@ -93,7 +98,8 @@ def test_an_append_is_flushed_before_its_commit_and_its_moves_before_the_finishe
     new = synthetic_counts(80, 40, seed=2)
     new.obs_names = [f"new{i}" for i in range(80)]
     real_fsync = durable.fsync_path
-    monkeypatch.setattr(durable, "fsync_path", lambda path: (events.append(("fsync", path)), real_fsync(path)))
+    for module in FLUSHERS:
+        monkeypatch.setattr(module, "fsync_path", lambda path: (events.append(("fsync", path)), real_fsync(path)))
     deltacells.write_deltacells(new, out, append=True, progress=False)
 
     commit, finished = [i for i, (kind, _) in enumerate(events) if kind == "manifest"]

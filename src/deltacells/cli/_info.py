@@ -12,6 +12,7 @@ import click
 
 from deltacells.cli._errors import CLIError
 from deltacells.cli._format import format_size, plural
+from deltacells.cli._inputs import detect_format
 from deltacells.cli._options import parse_storage_options, storage_option
 from deltacells.format import INDEX_COLUMN, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
 
@@ -93,7 +94,7 @@ def _extras_info(dataset: Dataset) -> dict[str, Any] | None:
     extras = first_problem_raises(extras_of(dataset.manifest.metadata), dataset.store.url)
     if extras is None:
         return None
-    from deltacells.io._extras import open_extras, stored_bytes, stored_shape
+    from deltacells.io import open_extras, stored_bytes, stored_shape
 
     group = open_extras(dataset.store, extras)
     elements = []
@@ -212,8 +213,6 @@ _INPUT_KINDS = {
 
 def _input_format(path: Path) -> str | None:
     """The input format of ``convert`` that ``path`` has (not ``deltacells``), or None when none is told."""
-    from deltacells.cli._inputs import detect_format
-
     try:
         fmt = detect_format(path)
     except (CLIError, OSError):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deltacells.cli._errors import CLIError
-from deltacells.errors import DeltaCellsError
+from deltacells.errors import DeltaCellsError, warn
 from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -166,8 +166,6 @@ def _csc_in_memory(adata: ad.AnnData) -> ad.AnnData:
     from anndata.abc import CSCDataset
 
     if isinstance(adata.X, CSCDataset):
-        from deltacells.errors import warn
-
         warn("X is stored as CSC (by genes), which cannot be streamed by cells; reading it into memory")
         return adata.to_memory()
     return adata

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from deltacells.errors import DeltaCellsError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -85,8 +87,7 @@ class ZstdLevel(IntParamType):
         click.BadParameter
             For an unknown name or a number outside ``1 .. 22``.
         """
-        from deltacells.codec._encode import resolve_level
-        from deltacells.errors import DeltaCellsError
+        from deltacells.codec import resolve_level
 
         try:
             return resolve_level(value if isinstance(value, int) else str(value))
@@ -96,7 +97,7 @@ class ZstdLevel(IntParamType):
 
 def level_option() -> Callable[[FC], FC]:
     """``--level``: zstd level or preset (default ``default``), as the integer that ``write_deltacells`` takes."""
-    from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
+    from deltacells.codec import ARCHIVE_LEVEL, DEFAULT_LEVEL
 
     return click.option(
         "--level",

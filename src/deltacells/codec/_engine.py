@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from deltacells._kernel_loading import compiled_kernels, load_compiled_kernels
+from deltacells.codec import _vectorised
 
 __all__ = [
     "apply_gap_exceptions",
@@ -81,8 +82,6 @@ def _kernels() -> ModuleType:
         from deltacells.codec import _kernels  # numba loads on the loading thread, not on import
 
         return _kernels
-    from deltacells.codec import _vectorised
-
     return _vectorised
 
 

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from deltacells._lazy import lazy_names
 from deltacells.dataset._collection import Collection
+from deltacells.dataset._commit import PendingCommitStore
 from deltacells.dataset._dataset import Dataset
+from deltacells.dataset._indexing import normalize_rows
 from deltacells.dataset._open import open_dataset
+from deltacells.dataset._output import check_output, holds_dataset
 from deltacells.dataset._sizes import sidecar_bytes
 from deltacells.dataset._writer import DatasetWriter
 
-__all__ = ["Collection", "Dataset", "DatasetWriter", "open_dataset", "sidecar_bytes"]
+if TYPE_CHECKING:
+    from deltacells.dataset._append import AppendRequest, append_cells
+
+__all__ = [
+    "Collection",
+    "Dataset",
+    "DatasetWriter",
+    "open_dataset",
+    "sidecar_bytes",
+    # rows as users give them, checked and made an index array or a slice
+    "normalize_rows",
+    # writing: where a dataset may be written; appending cells to one
+    "AppendRequest",
+    "append_cells",
+    "check_output",
+    "holds_dataset",
+    # reading a dataset whose append is pending (its commit not rolled forward yet)
+    "PendingCommitStore",
+]
+
+#: Names whose module importing the package does not load (appends): it loads on first use.
+_LAZY = {"AppendRequest": "deltacells.dataset._append", "append_cells": "deltacells.dataset._append"}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

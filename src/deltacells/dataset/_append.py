@@ -28,10 +28,17 @@ from deltacells.dataset._commit import (
 )
 from deltacells.dataset._output import remove_stale_staging
 from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
-from deltacells.format import APPEND_PREFIX, MANIFEST_NAME, Commit, Manifest, tile_path
+from deltacells.format import (
+    APPEND_PREFIX,
+    MANIFEST_NAME,
+    Commit,
+    Manifest,
+    decode_checked_tile,
+    first_problem_raises,
+    tile_path,
+)
 from deltacells.storage import BaseStore, PrefixStore
-from deltacells.tiles import TileWriter
-from deltacells.tiles._writer import permute_columns
+from deltacells.tiles import TileWriter, permute_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -208,7 +215,7 @@ def _stage(
     objects = [tile_path(i) for i in range(first_tile, first_tile + len(new.tile_cells))]
     obs_fields: dict[str, Any] = {}
     if base.has_obs and request.obs is not None:
-        from deltacells.obs._append import append_obs
+        from deltacells.obs import append_obs
 
         if len(request.obs) != request.n_cells:
             msg = f"obs has {len(request.obs)} rows for {request.n_cells} new cells"
@@ -233,9 +240,6 @@ def _stage(
 
 def _last_tile_in_source_columns(store: BaseStore, base: Manifest, columns: np.ndarray) -> sparse.csr_matrix:
     """The dataset's last tile (checked against the manifest), its columns put back in the source's order."""
-    from deltacells.format import decode_checked_tile
-    from deltacells.format._problems import first_problem_raises
-
     last = base.n_tiles - 1
     blob = store.read(tile_path(last))
     decoded = first_problem_raises(decode_checked_tile(blob, last, base.to_fields(), url=store.url), store.url)

@@ -19,8 +19,7 @@ from deltacells._memory import empty
 from deltacells._threads import map_members
 from deltacells.dataset._indexing import expected_nnz, normalize_rows
 from deltacells.errors import InvalidValueError
-from deltacells.tiles import gather_rows_split
-from deltacells.tiles._into import DIRECT_DTYPES
+from deltacells.tiles import DIRECT_DTYPES, gather_rows_split
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -316,7 +315,7 @@ def _scattered(
     Each matrix is made of arrays of its own (a training loader's batches), filled by the kernel that copies a
     dataset's decoded chunks into them: no stacked matrix, no second gather.
     """
-    from deltacells.tiles._chunk_rows import SplitOutputs
+    from deltacells.tiles import SplitOutputs
 
     lengths = np.empty(int(cuts[-1]), dtype=np.int64)
     for piece, part in zip(pieces, parts, strict=True):

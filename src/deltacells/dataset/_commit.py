@@ -38,9 +38,18 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from deltacells.errors import CommitConflictError, MissingObjectError
-from deltacells.format import EXTRAS_NAME, LOCK_NAME, MANIFEST_NAME, OBS_DIR, Commit, Manifest, commit_of, tile_path
-from deltacells.format._problems import first_problem_raises
-from deltacells.storage import BaseStore
+from deltacells.format import (
+    EXTRAS_NAME,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    OBS_DIR,
+    Commit,
+    Manifest,
+    commit_of,
+    first_problem_raises,
+    tile_path,
+)
+from deltacells.storage import BaseStore, fsync_path
 
 __all__ = [
     "PendingCommitStore",
@@ -210,7 +219,6 @@ def sync_entries(store: BaseStore, paths: Sequence[str]) -> None:
     """On a local disk, flush the directories naming ``paths`` (their new entries) and the root; else nothing."""
     if not store.is_local:
         return
-    from deltacells.storage._durable import fsync_path
 
     root = store.local_path("")
     assert root is not None

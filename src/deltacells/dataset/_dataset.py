@@ -20,6 +20,7 @@ from deltacells.errors import InvalidValueError, warn
 from deltacells.format import Manifest
 from deltacells.tiles import (
     DEFAULT_TILE_CACHE_BYTES,
+    DIRECT_DTYPES,
     TileCache,
     TileReader,
     drop_dropped_columns,
@@ -27,7 +28,6 @@ from deltacells.tiles import (
     gather_rows_mapped,
     sort_output_rows,
 )
-from deltacells.tiles._into import DIRECT_DTYPES
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -279,7 +279,7 @@ class Dataset:
         """
         starts = self.__dict__.get("_chunk_starts")
         if starts is None:
-            from deltacells.tiles._chunk_layout import kept_chunk_starts, read_chunk_starts
+            from deltacells.tiles import kept_chunk_starts, read_chunk_starts
 
             if cache_dir is None:
                 starts = read_chunk_starts(self._tiles)
@@ -453,7 +453,7 @@ class Dataset:
         InvalidValueError
             If ``cuts`` do not go from 0 to the number of rows, increasing.
         """
-        from deltacells.tiles._chunk_rows import read_rows_by_chunk
+        from deltacells.tiles import read_rows_by_chunk
 
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))

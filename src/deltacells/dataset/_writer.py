@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._checks import check_integer
-from deltacells.codec._encode import Level, resolve_level
+from deltacells.codec import Level, resolve_level
 from deltacells.dataset._output import (
     check_output,
     clear_unfinished,

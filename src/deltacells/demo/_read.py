@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._kernel_loading import load_compiled_kernels
+from deltacells.dataset import Dataset
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._compare import same_frame, same_matrix
 from deltacells.demo._report import FullRead, Opened, SubsetRead, WarmUp
@@ -18,15 +19,11 @@ if TYPE_CHECKING:
     import anndata as ad
     import pandas as pd
 
-    from deltacells.dataset import Dataset
-
 __all__ = ["choose_subsets", "open_lazily", "read_all", "read_subset", "warm_up"]
 
 
 def _lazy_x(back: ad.AnnData) -> tuple[TiledCSRDataset, Dataset]:
     """``back.X``, the lazy matrix of a dataset opened by :func:`open_lazily`, and its dataset."""
-    from deltacells.dataset import Dataset
-
     x = back.X
     assert isinstance(x, TiledCSRDataset) and isinstance(x.dataset, Dataset)  # one path, no chunks=
     return x, x.dataset

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deltacells.codec._encode import resolve_level
+from deltacells.codec import resolve_level
 from deltacells.demo._convert import convert
 from deltacells.demo._generate import generate, source_x, write_h5ad_gzip
 from deltacells.demo._read import choose_subsets, open_lazily, read_all, read_subset, warm_up

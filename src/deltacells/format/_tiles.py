@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format._names import MANIFEST_NAME, tile_path
 from deltacells.format._problems import Checker, Problem, problem_from_error, reopen_hint
 
 if TYPE_CHECKING:
-    from deltacells.codec import DecodedTile
-    from deltacells.codec._decode import CheckedTile
+    from deltacells.codec import CheckedTile, DecodedTile
     from deltacells.format._manifest import ManifestFields
 
 __all__ = ["check_tile", "check_tile_size", "check_tile_bytes_against", "decode_checked_tile", "missing_tile"]
@@ -33,8 +33,6 @@ class TileCounts(Protocol):
 
 def missing_tile(tile: int, fields: ManifestFields) -> Problem:
     """The problem of a tile the manifest lists that is not there."""
-    from deltacells.errors import MissingObjectError
-
     return Problem(tile_path(tile), f"tile {tile} of {fields.n_tiles} is missing from the dataset", MissingObjectError)
 
 
@@ -75,7 +73,6 @@ def decode_checked_tile(
     ``url`` (the dataset's) only locates the tile in the decoder's messages, which the problems drop again.
     """
     from deltacells.codec import decode_tile
-    from deltacells.errors import FormatError
 
     name = tile_path(tile)
     yield from check_tile_size(len(blob), tile, fields)
@@ -99,8 +96,7 @@ def check_tile_bytes_against(
     the manifest (:func:`check_tile`). Returns the checked tile, ready to be decoded into slices of an
     output whose sizes came from the manifest.
     """
-    from deltacells.codec._decode import check_tile_bytes
-    from deltacells.errors import FormatError
+    from deltacells.codec import check_tile_bytes
 
     name = tile_path(tile)
     yield from check_tile_size(len(blob), tile, fields)

@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING
 from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from deltacells.io._assemble import counts_of
+    from deltacells.io._collection import open_collection
+    from deltacells.io._extras import open_extras, stored_bytes, stored_shape
     from deltacells.io._lazy import TiledCSRDataset
-    from deltacells.io._read import read_deltacells, read_obs, read_var, restore_gene_order
+    from deltacells.io._read import UNS_KEY, read_deltacells, read_obs, read_var, restore_gene_order
+    from deltacells.io._sources import view_parts
     from deltacells.io._write import write_deltacells
 
 _LAZY = {
@@ -21,9 +25,33 @@ _LAZY = {
     "read_var": "deltacells.io._read",
     "restore_gene_order": "deltacells.io._read",
     "write_deltacells": "deltacells.io._write",
+    "UNS_KEY": "deltacells.io._read",
+    "counts_of": "deltacells.io._assemble",
+    "open_collection": "deltacells.io._collection",
+    "view_parts": "deltacells.io._sources",
+    "open_extras": "deltacells.io._extras",
+    "stored_bytes": "deltacells.io._extras",
+    "stored_shape": "deltacells.io._extras",
 }
 
-__all__ = ["TiledCSRDataset", "read_deltacells", "read_obs", "read_var", "restore_gene_order", "write_deltacells"]
+__all__ = [
+    "TiledCSRDataset",
+    "read_deltacells",
+    "read_obs",
+    "read_var",
+    "restore_gene_order",
+    "write_deltacells",
+    # what a loader needs of an AnnData read_deltacells made: its key in uns, its matrix of counts and view
+    "UNS_KEY",
+    "counts_of",
+    "view_parts",
+    # several datasets opened as one AnnData
+    "open_collection",
+    # the AnnData's other elements (anndata.zarr), for info and validate
+    "open_extras",
+    "stored_bytes",
+    "stored_shape",
+]
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

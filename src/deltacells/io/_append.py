@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from deltacells.dataset import open_dataset
-from deltacells.dataset._append import AppendRequest, append_cells
+from deltacells.dataset import AppendRequest, append_cells, open_dataset
 from deltacells.errors import InvalidValueError
+from deltacells.io._extras_parts import part_writer, stored_extras
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -54,7 +54,6 @@ def append_anndata(
     dataset = open_dataset(store)
     stored = _stored_gene_names(dataset)
     columns = gene_columns(stored, pd.Index(var.index.astype(str)))
-    from deltacells.io._extras_parts import part_writer, stored_extras
 
     extras_writer = None
     if elements is not None:

@@ -21,6 +21,7 @@ from deltacells._checks import check_choice, check_names
 from deltacells._threads import map_members
 from deltacells.dataset import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
+from deltacells.format import INDEX_COLUMN
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -275,7 +276,5 @@ def _joined(datasets: list[Dataset], stored: list[pd.Index], join: str) -> pd.In
 
 def _obs_in_memory(store: Any) -> pd.DataFrame:
     """The joined obs as a pandas frame (what :func:`anndata.concat` of the datasets' obs gives)."""
-    from deltacells.format import INDEX_COLUMN
-
     index = pd.Index(store.take(INDEX_COLUMN), name=store.schema.index_name)
     return pd.DataFrame({name: store.take(name) for name in store.columns}, index=index, columns=store.columns)

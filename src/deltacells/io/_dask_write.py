@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells._threads import default_threads
+from deltacells.codec import encode_tile
 from deltacells.format import tile_path
-from deltacells.tiles import TileList, to_count_csr
-from deltacells.tiles._counts import column_totals
-from deltacells.tiles._writer import permute_columns
+from deltacells.tiles import TileList, column_totals, permute_columns, to_count_csr
 
 if TYPE_CHECKING:
     from deltacells.io._sources import MatrixSource
@@ -194,8 +194,6 @@ def run_tasks(tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> No
     from dask.base import compute, get_scheduler
     from dask.threaded import get as threaded_get
 
-    from deltacells._threads import default_threads
-
     threads = int(dask.config.get("num_workers", None) or default_threads())
     batch = max(1, _BATCH_PER_THREAD * threads)
     own_pool = get_scheduler(collections=list(tasks[:1])) is threaded_get and dask.config.get("pool", None) is None
@@ -291,8 +289,6 @@ def _encode_and_store(
     numpy.ndarray
         ``int64[n_tiles, 3]``: cells, stored nonzeros and bytes of each tile.
     """
-    from deltacells.codec import encode_tile
-
     n_genes, tile_size = settings["n_genes"], settings["tile_size"]
     counts = []
     row = first_row

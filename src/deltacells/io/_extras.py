@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltacells.errors import InvalidTypeError, warn
 from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, Extras
+from deltacells.io._combine_parts import combine_parts
 from deltacells.storage import zarr_store
 
 if TYPE_CHECKING:
@@ -115,8 +116,6 @@ def read_extras(store: BaseStore, extras: Extras, *, in_memory_bytes: int | None
     limit = IN_MEMORY_BYTES if in_memory_bytes is None else in_memory_bytes
     elements = _read_group(store, open_extras(store, extras), extras.elements, limit)
     if extras.parts:  # an appended dataset: each append's per-cell elements, put together
-        from deltacells.io._combine_parts import combine_parts
-
         per_cell = extras.per_cell
         parts = [
             _read_group(store, open_extras(store, extras, group=f"{EXTRAS_NAME}/{group}"), per_cell, limit)

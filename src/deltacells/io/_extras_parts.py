@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltacells._checks import check_choice
 from deltacells.errors import InvalidValueError
-from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of
-from deltacells.format._problems import first_problem_raises
+from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of, first_problem_raises
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore

@@ -11,8 +11,9 @@ from scipy import sparse
 
 from deltacells._checks import is_integer
 from deltacells._sparse import issparse
-from deltacells.dataset._indexing import normalize_rows
+from deltacells.dataset import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
+from deltacells.io._dask import dask_array
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -231,8 +232,6 @@ class TiledCSRDataset(CSRDataset):
         InvalidTypeError
             For a value of another type (a float, a tuple or dict of chunk sizes).
         """
-        from deltacells.io._dask import dask_array
-
         return dask_array(self._dataset, self._dtype, chunks, sparse_array=_use_sparse_array())
 
     def iter_row_blocks(

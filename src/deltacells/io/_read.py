@@ -20,6 +20,7 @@ from deltacells.io._collection import is_collection, read_collection
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
 from deltacells.io._frames import default_names_of, in_column_order, obs_store_and_columns, read_obs_frame, read_var
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
+from deltacells.io._lazy_obs import LazyObs, add_lazy_columns, lazy_obs_frame
 from deltacells.io._sources import view_parts
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
@@ -250,8 +251,6 @@ def read_obs(
             frame = frame.iloc[view_parts(adata)[1]] if adata.is_view else frame
             frame.index = adata.obs_names
             if not adata.is_view:
-                from deltacells.io._lazy_obs import LazyObs, add_lazy_columns
-
                 _, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
                 lazy_obs = adata.obs
                 assert isinstance(lazy_obs, LazyObs)  # not a pandas frame (above): read_deltacells' lazy obs
@@ -425,8 +424,6 @@ def _use_lazy_obs(lazy_obs: bool | None, n_cells: int) -> bool:
 def _lazy_obs_frame(
     dataset: Dataset, columns: Sequence[str] | None, *, obs_names: bool, cache_dir: Any, verify: bool
 ) -> Any:
-    from deltacells.io._lazy_obs import lazy_obs_frame
-
     obs_store, wanted = obs_store_and_columns(dataset, columns, cache_dir=cache_dir, verify=verify)
     return lazy_obs_frame(obs_store, dataset.n_cells, wanted, names=obs_names)
 

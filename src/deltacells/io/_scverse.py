@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from deltacells.errors import InvalidTypeError
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -63,8 +65,6 @@ def _refuse_lazy_x(module: ModuleType, paths: tuple[str, ...]) -> None:
 
 
 def _needs_to_memory(data: Any, *args: Any, **kwargs: Any) -> Any:
-    from deltacells.errors import InvalidTypeError
-
     msg = (
         "this scanpy function needs the matrix in memory, and this X is a lazy deltacells dataset: call it on "
         "adata[cells].to_memory() (or adata.to_memory()), or read with chunks= for a dask X"

@@ -10,16 +10,14 @@ import numpy as np
 import pandas as pd
 
 from deltacells._checks import check_names
-from deltacells.codec._encode import Level, resolve_level
-from deltacells.dataset import DatasetWriter
-from deltacells.dataset._output import check_output, holds_dataset
+from deltacells.codec import Level, resolve_level
+from deltacells.dataset import DatasetWriter, check_output, holds_dataset
 from deltacells.errors import InvalidValueError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
 from deltacells.io._extras import collect_extras, write_extras
 from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
 from deltacells.storage import open_store
-from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE
-from deltacells.tiles._counts import column_totals
+from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, column_totals
 
 if TYPE_CHECKING:
     import anndata as ad

@@ -24,7 +24,7 @@ from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, blocks_between, make_blocks
 from deltacells.loader._source import LoaderSource, resolve_source
-from deltacells.obs import CollectionObs
+from deltacells.obs import CollectionObs, ObsStore
 
 if TYPE_CHECKING:
     from deltacells.dataset import Dataset
@@ -635,8 +635,6 @@ class CellLoader:
         return digest.hexdigest()
 
     def _open_obs(self) -> Any:
-        from deltacells.obs import ObsStore
-
         dataset = self.dataset
         if isinstance(dataset, Collection):
             source = self._source

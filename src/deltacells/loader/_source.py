@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.dataset import Collection, Dataset, open_dataset
-from deltacells.dataset._indexing import normalize_rows
+from deltacells.dataset import Collection, Dataset, normalize_rows, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.loader._plan import Blocks, BlockWeights
+from deltacells.obs import resolve_cache_dir
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -71,7 +71,6 @@ class LoaderSource:
         """
         if self.dataset.is_local:
             return None
-        from deltacells.obs import resolve_cache_dir
 
         return resolve_cache_dir(self.cache_dir)
 
@@ -136,7 +135,7 @@ def resolve_source(
     genes = None
     rows: Any = slice(None)
     if isinstance(source, (list, tuple)):
-        from deltacells.io._collection import open_collection
+        from deltacells.io import open_collection
 
         if gene_order not in (None, "original"):
             msg = "a collection's genes are in the order of their join; gene_order='stored' is for one dataset"
@@ -171,10 +170,7 @@ def resolve_source(
 
 def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndarray | None, dict[str, Any]]:
     """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows and genes."""
-    from deltacells.io import TiledCSRDataset
-    from deltacells.io._assemble import counts_of
-    from deltacells.io._read import UNS_KEY
-    from deltacells.io._sources import view_parts
+    from deltacells.io import UNS_KEY, TiledCSRDataset, counts_of, view_parts
 
     ref, rows, cols = view_parts(adata)
     counts = counts_of(ref)  # X, or the layer or raw.X the counts were written from

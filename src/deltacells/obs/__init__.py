@@ -6,12 +6,18 @@ localizes the columns asked for into a local cache (once per node) and reads the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from deltacells._lazy import lazy_names
 from deltacells.format import ObsColumn, ObsSchema
 from deltacells.obs._cache import ObsStore, resolve_cache_dir
 from deltacells.obs._collection import CollectionObs
 from deltacells.obs._encode import DEFAULT_MAX_CATEGORIES
 from deltacells.obs._files import column_file_name
 from deltacells.obs._write import DEFAULT_OBS_TILES_PER_FILE, ObsWriteResult, check_obs, write_obs
+
+if TYPE_CHECKING:
+    from deltacells.obs._append import append_obs
 
 __all__ = [
     "CollectionObs",
@@ -25,4 +31,11 @@ __all__ = [
     "column_file_name",
     "resolve_cache_dir",
     "write_obs",
+    # appending cells: their obs added to the dataset's shards
+    "append_obs",
 ]
+
+#: Names whose module importing the package does not load (appends): it loads on first use.
+_LAZY = {"append_obs": "deltacells.obs._append"}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -12,6 +12,7 @@ data), so that dask workers and data-loader processes can each open their own.
 from __future__ import annotations
 
 from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.storage._durable import fsync_path
 from deltacells.storage._faults import RetryPolicy
 from deltacells.storage._file import StoreFile
 from deltacells.storage._fsspec import FsspecStore
@@ -28,4 +29,6 @@ __all__ = [
     "StoreFile",
     "open_store",
     "zarr_store",
+    # a local file or folder flushed to the device
+    "fsync_path",
 ]

@@ -12,12 +12,11 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deltacells.errors import CommitConflictError, MissingObjectError
-
-if TYPE_CHECKING:
-    from deltacells.storage._file import StoreFile
+from deltacells.storage._durable import fsync_tree
+from deltacells.storage._file import StoreFile
 
 __all__ = ["DEFAULT_IO_CONCURRENCY", "BaseStore", "ByteRequest"]
 
@@ -304,8 +303,6 @@ class BaseStore(abc.ABC):
         root = self.local_path("")
         full = self.local_path(path)
         if root is not None and full is not None:
-            from deltacells.storage._durable import fsync_tree
-
             fsync_tree(full, root)
 
     # ------------------------------------------------------------------------------------- local disk
@@ -329,8 +326,6 @@ class BaseStore(abc.ABC):
         size
             Its size in bytes, when known (e.g. from the manifest); otherwise asked of :meth:`size`.
         """
-        from deltacells.storage._file import StoreFile
-
         return StoreFile(self, path, size)
 
     # ------------------------------------------------------------------------- helpers for subclasses

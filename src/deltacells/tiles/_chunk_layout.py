@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deltacells.codec import CELL_HI, CELL_LO, CHUNK_ENTRY_SIZE, HEADER_SIZE, TileHeader, read_chunk_table
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import check_tile, first_problem_raises, missing_tile, tile_path
 from deltacells.tiles._ranged import HeaderCounts
@@ -102,8 +103,6 @@ def read_chunk_starts(reader: TileReader) -> np.ndarray:
     MissingObjectError
         If a tile is not there.
     """
-    from deltacells.codec._layout import CHUNK_ENTRY_SIZE, HEADER_SIZE
-
     manifest = reader.manifest
     store = reader.store
     sizes = np.asarray(manifest.tile_bytes, dtype=np.int64)
@@ -143,8 +142,6 @@ def _missing(reader: TileReader, exc: MissingObjectError) -> Exception:
 
 def _table_end(reader: TileReader, tile: int, head: bytes) -> int:
     """Where the tile's chunk table ends, from its header (checked against the tile's size in the manifest)."""
-    from deltacells.codec._layout import CHUNK_ENTRY_SIZE, HEADER_SIZE, TileHeader
-
     size = int(reader.manifest.tile_bytes[tile])
     header = TileHeader.unpack(memoryview(head), name=_where(reader, tile), object_size=size)
     return HEADER_SIZE + CHUNK_ENTRY_SIZE * header.n_chunks
@@ -152,8 +149,6 @@ def _table_end(reader: TileReader, tile: int, head: bytes) -> int:
 
 def _chunk_firsts(reader: TileReader, tile: int, head: bytes) -> np.ndarray:
     """The tile-local first cell of each chunk holding cells, from its header and checked chunk table."""
-    from deltacells.codec._layout import CELL_HI, CELL_LO, TileHeader, read_chunk_table
-
     where = _where(reader, tile)
     view = memoryview(head)
     header = TileHeader.unpack(view, name=where, object_size=int(reader.manifest.tile_bytes[tile]))

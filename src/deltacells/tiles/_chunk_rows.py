@@ -27,6 +27,7 @@ from scipy import sparse
 
 from deltacells._memory import empty, scratch
 from deltacells._threads import shared_pool
+from deltacells.codec import CELL_HI, CELL_LO, NNZ_HI, NNZ_LO, TilePrefix, checked_pieces
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import (
     check_tile,
@@ -40,8 +41,7 @@ from deltacells.tiles._gathering import gather_rows_split, gather_rows_split_sor
 from deltacells.tiles._ranged import RANGED_MAX_SHARE, HeaderCounts, ranged_read_pays, submit_ranged_fetch
 
 if TYPE_CHECKING:
-    from deltacells.codec import TilePrefix
-    from deltacells.codec._decode import CheckedTile
+    from deltacells.codec import CheckedTile
     from deltacells.tiles._reader import TileReader
 
 __all__ = ["read_rows_by_chunk"]
@@ -215,8 +215,6 @@ def _decode_chunk_rows(
     ``local`` are the tile's wanted cells (sorted; those of this chunk are a run of them) and ``slots``
     their output rows. The chunk's arrays are still in this core's cache when its rows are copied.
     """
-    from deltacells.codec._layout import CELL_HI, CELL_LO, NNZ_HI, NNZ_LO
-
     row = part.checked.table[chunk]
     cell_lo, cell_hi, nnz_lo, nnz_hi = (int(row[k]) for k in (CELL_LO, CELL_HI, NNZ_LO, NNZ_HI))
     lo, hi = np.searchsorted(local, [cell_lo, cell_hi])
@@ -315,8 +313,6 @@ def _read_local(reader: TileReader, tile: int, wanted: np.ndarray) -> _Chunks:
 
 def _whole(reader: TileReader, tile: int, blob: Any, wanted: np.ndarray) -> _Chunks:
     """A tile's whole bytes checked (CRC-32 included) against the manifest; its prefix kept for the next reads."""
-    from deltacells.codec import TilePrefix
-
     url = reader.store.url
     checked = first_problem_raises(check_tile_bytes_against(blob, tile, reader.fields, url=url), url)
     assert checked is not None
@@ -340,8 +336,6 @@ def _read_local_ranged(reader: TileReader, tile: int, prefix: TilePrefix, chunks
 
 def _ranged(reader: TileReader, tile: int, prefix: TilePrefix, pieces: Any, chunks: np.ndarray) -> _Chunks:
     """A tile to decode the ``chunks`` of, from its checked prefix and their frames (their sizes checked)."""
-    from deltacells.codec._partial import checked_pieces
-
     url = reader.store.url
     where = f"{url.rstrip('/')}/{tile_path(tile)}"
     try:
@@ -372,7 +366,5 @@ def _from_fetch(reader: TileReader, tile: int, ranged: bool, fetched: Future[Any
 
 def _chunks_holding(table: np.ndarray, cells: np.ndarray) -> np.ndarray:
     """The chunks (sorted, each once) holding tile-local ``cells`` (sorted; below the tile's cells, as checked)."""
-    from deltacells.codec._layout import CELL_HI
-
     chunks = np.searchsorted(table[:, CELL_HI].astype(np.int64), cells, side="right").astype(np.intp)
     return chunks[np.r_[True, chunks[1:] != chunks[:-1]]] if chunks.shape[0] else chunks

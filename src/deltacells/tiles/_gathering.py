@@ -16,6 +16,7 @@ import numpy as np
 from deltacells._kernel_loading import compiled_kernels
 from deltacells._threads import shared_pool
 from deltacells.codec import read_only, sort_rows
+from deltacells.tiles import _gather_vectorised
 
 __all__ = [
     "SORT_TASK_NNZ",
@@ -98,6 +99,4 @@ def _kernels() -> ModuleType:
         from deltacells.tiles import _gather  # numba loads on the loading thread, not on import
 
         return _gather
-    from deltacells.tiles import _gather_vectorised
-
     return _gather_vectorised

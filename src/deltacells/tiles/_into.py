@@ -33,7 +33,7 @@ from deltacells.format import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from deltacells.codec._decode import CheckedTile
+    from deltacells.codec import CheckedTile
     from deltacells.tiles._reader import TileReader
 
 __all__ = ["DIRECT_DTYPES", "read_tiles_into"]

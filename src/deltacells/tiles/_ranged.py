@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from deltacells.codec import PrefixTooShortError, decode_chunks, merge_partial, parse_prefix, prefix_size
 from deltacells.errors import MissingObjectError
 from deltacells.format import check_tile, first_problem_raises, missing_tile, tile_path
 
@@ -117,7 +118,6 @@ def ranged_read_pays(
     n_chunks = min(int(manifest.n_chunks), n_cells)
     if n_chunks <= 1:
         return False
-    from deltacells.codec import prefix_size
 
     size = int(manifest.tile_bytes[tile])
     touched = 1.0 - (1.0 - 1.0 / n_chunks) ** n_rows  # expected share of the chunks
@@ -181,8 +181,6 @@ def submit_ranged_fetch(
     concurrent.futures.Future
         Of the :class:`RangedFetch`; it fails with the first error of any request or of the prefix's checks.
     """
-    from deltacells.codec import PrefixTooShortError, parse_prefix, prefix_size
-
     name = tile_path(tile)
     size = int(manifest.tile_bytes[tile])
     n_cells = int(manifest.tile_cells[tile])
@@ -280,8 +278,6 @@ def decode_ranged(tile: int, fetched: Future[RangedFetch], *, store: BaseStore, 
     FormatError
         If what was read breaks a rule of the format or disagrees with the manifest.
     """
-    from deltacells.codec._partial import decode_chunks, merge_partial
-
     try:
         prefix, pieces, chunks, held = fetched.result()
     except MissingObjectError as exc:

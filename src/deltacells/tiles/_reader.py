@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
+from deltacells.codec import CELL_HI, CELL_LO, TileHeader, decode_chunks, merge_partial, parse_tile, read_chunk_table
 from deltacells.errors import FormatError, MissingObjectError, OutOfRangeError, warn_renamed
 from deltacells.format import (
     check_tile,
@@ -39,6 +40,7 @@ from deltacells.format import (
     tile_path,
 )
 from deltacells.tiles._cache import TileCache
+from deltacells.tiles._into import read_tiles_into
 from deltacells.tiles._ranged import (
     HeaderCounts,
     RangedFetch,
@@ -336,8 +338,6 @@ class TileReader:
         cached; ``columns`` maps stored genes to output columns. See
         ``deltacells.tiles._into.read_tiles_into``.
         """
-        from deltacells.tiles._into import read_tiles_into
-
         args = (row_starts, nnz_starts, out_indptr, out_indices, out_data)
         tiles = np.asarray(tiles, dtype=np.int64)
         return read_tiles_into(self, tiles, *args, counted=self._count_whole, columns=columns)
@@ -507,8 +507,6 @@ def _wants_every_chunk(blob: bytes | memoryview, cells: np.ndarray) -> bool:
     Only chooses the decoder: nothing is checked here (a malformed tile answers False, and the checked
     decoding that follows reports it).
     """
-    from deltacells.codec._layout import CELL_HI, CELL_LO, TileHeader, read_chunk_table
-
     try:
         view = memoryview(blob).cast("B")
         table = read_chunk_table(view, TileHeader.unpack(view))
@@ -521,8 +519,6 @@ def _wants_every_chunk(blob: bytes | memoryview, cells: np.ndarray) -> bool:
 
 def _union(current: DecodedTile, decoded: DecodedTile) -> DecodedTile:
     """``decoded`` with the chunks of ``current`` merged in, when both are decodings of the same tile."""
-    from deltacells.codec._partial import merge_partial
-
     try:
         return merge_partial(decoded, current).freeze()
     except ValueError:  # not the same tile (the object changed): the newer decode wins
@@ -547,8 +543,6 @@ def _decode_checked_chunks(
     ``cells`` (every chunk when None) that ``base`` (a partial decoding of the same tile) lacks. Returns the
     tile (merged with ``base``) and how many chunks were decoded.
     """
-    from deltacells.codec._partial import decode_chunks, merge_partial, parse_tile
-
     name = tile_path(tile)
     where = f"{url.rstrip('/')}/{name}" if url else name
     yield from check_tile_size(len(blob), tile, fields)

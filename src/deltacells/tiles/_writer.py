@@ -20,7 +20,7 @@ from scipy import sparse
 
 from deltacells._checks import check_integer
 from deltacells._threads import default_threads
-from deltacells.codec._encode import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, resolve_level
+from deltacells.codec import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, encode_tile, resolve_level
 from deltacells.errors import InvalidValueError
 from deltacells.format import tile_path
 from deltacells.tiles._counts import to_count_csr
@@ -385,8 +385,6 @@ class TileWriter:
 
     def _encode_and_store(self, index: int, block: sparse.csr_matrix) -> tuple[int, int, int]:
         """Encode one tile and submit its upload (waiting while the pending uploads are at their bounds)."""
-        from deltacells.codec import encode_tile
-
         name = tile_path(index)
         if self._columns is not None and block.nnz:
             block = permute_columns(block, self._columns)

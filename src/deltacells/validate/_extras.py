@@ -23,7 +23,7 @@ def check_extras(store: BaseStore, fields: ManifestFields, found: Collector) -> 
     extras = collect(extras_of(fields.metadata or {}), found)
     if extras is None:
         return
-    from deltacells.io._extras import open_extras
+    from deltacells.io import open_extras
 
     try:
         group = open_extras(store, extras, consolidated=False)  # each element's own metadata, not the copy
@@ -72,7 +72,7 @@ def _expected_shape(path: str, extras: Extras, n_cells: int | None, n_genes: int
 def _check_element(
     group: Any, path: str, expected: tuple[Any, ...] | None, found: Collector, *, where: str | None = None
 ) -> None:
-    from deltacells.io._extras import stored_shape
+    from deltacells.io import stored_shape
 
     where = where or f"{EXTRAS_NAME}/{path}"
     try:
@@ -95,7 +95,7 @@ def _check_element(
 
 def _check_raw(group: Any, found: Collector) -> None:
     """raw: an X with one row per cell and one column per row of raw's var."""
-    from deltacells.io._extras import stored_shape
+    from deltacells.io import stored_shape
 
     try:
         x_shape, var_shape = stored_shape(group["raw/X"]), stored_shape(group["raw/var"])
@@ -107,7 +107,7 @@ def _check_raw(group: Any, found: Collector) -> None:
 
 
 def _length(group: Any, path: str, found: Collector) -> int | None:
-    from deltacells.io._extras import stored_shape
+    from deltacells.io import stored_shape
 
     try:
         shape = stored_shape(group[path])

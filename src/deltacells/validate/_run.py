@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from deltacells.format import MANIFEST_NAME
+from deltacells._threads import default_threads
+from deltacells.format import MANIFEST_NAME, collect, commit_of
 from deltacells.storage import open_store
 from deltacells.validate._extras import check_extras
 from deltacells.validate._files import check_files
@@ -58,8 +59,6 @@ def validate_dataset(
     >>> validate_dataset("val.deltacells").ok
     True
     """
-    from deltacells._threads import default_threads
-
     report = ValidationReport(path=os.fspath(path))
     found = Collector()
     try:
@@ -82,8 +81,7 @@ def validate_dataset(
 
 def _pending_commit_read_through(store: BaseStore, fields: ManifestFields, found: Collector) -> BaseStore:
     """The store to check: for a pending commit (an append killed while moving its objects), reading through it."""
-    from deltacells.dataset._commit import PendingCommitStore
-    from deltacells.format import collect, commit_of
+    from deltacells.dataset import PendingCommitStore
 
     commit = collect(commit_of(fields.metadata or {}), found)
     if commit is None or not commit.pending:
