@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's
 from _record import now, write_json
 
 import deltacells
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.datasets import synthetic_counts
 
 

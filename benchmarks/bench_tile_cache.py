@@ -36,7 +36,7 @@ import numpy as np
 from _record import now, write_json
 
 import deltacells
-from deltacells.dataset import Dataset
+from deltacells.core import Dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.tiles import TileCache
 

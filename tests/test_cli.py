@@ -140,7 +140,7 @@ def test_a_reader_that_stops_reading_is_no_error(h5ad, tmp_path):
 
 def test_convert_interrupted_leaves_nothing(h5ad, tmp_path, monkeypatch):
     """Ctrl-C (KeyboardInterrupt) once the output is open: click's "Aborted!", and no output folder left."""
-    from deltacells.dataset import DatasetWriter
+    from deltacells.core import DatasetWriter
 
     write = DatasetWriter.write
     calls = []

@@ -59,3 +59,13 @@ def test_public_names_resolve() -> None:
         assert getattr(deltacells, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = deltacells.nope
+
+
+def test_the_old_name_of_core_still_works_and_warns() -> None:
+    import deltacells.core
+    import deltacells.dataset
+
+    with pytest.warns(FutureWarning, match=r"deltacells.dataset.Collection is deprecated.*deltacells.core.Collection"):
+        assert deltacells.dataset.Collection is deltacells.core.Collection
+    with pytest.raises(AttributeError, match="deltacells.core now"):
+        deltacells.dataset.nothing  # noqa: B018

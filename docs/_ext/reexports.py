@@ -1,7 +1,7 @@
 """Resolve references to deltacells objects by the public name they are documented under.
 
 Docstrings and type hints often name an object by the module that defines it
-(``deltacells.io._lazy.TiledCSRDataset``, ``deltacells.dataset.Dataset``) while the API
+(``deltacells.io._lazy.TiledCSRDataset``, ``deltacells.core.Dataset``) while the API
 reference documents it where users import it from (``deltacells.TiledCSRDataset``). When
 a ``py`` reference to ``deltacells.*`` does not resolve, look for the one documented object
 whose dotted name ends the same way and point the reference there.

@@ -16,7 +16,7 @@ from deltacells.io._scverse import attach as _attach
 
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile, decode_tile, encode_tile
-    from deltacells.dataset import Dataset, DatasetWriter, open_dataset
+    from deltacells.core import Dataset, DatasetWriter, open_dataset
     from deltacells.format import Manifest
     from deltacells.io import TiledCSRDataset, read_deltacells, read_obs, restore_gene_order, write_deltacells
     from deltacells.loader import Batch, CellLoader
@@ -27,9 +27,9 @@ _LAZY = {
     "DecodedTile": "deltacells.codec",
     "decode_tile": "deltacells.codec",
     "encode_tile": "deltacells.codec",
-    "Dataset": "deltacells.dataset",
-    "DatasetWriter": "deltacells.dataset",
-    "open_dataset": "deltacells.dataset",
+    "Dataset": "deltacells.core",
+    "DatasetWriter": "deltacells.core",
+    "open_dataset": "deltacells.core",
     "Manifest": "deltacells.format",
     "TileWriter": "deltacells.tiles",
     "TiledCSRDataset": "deltacells.io",

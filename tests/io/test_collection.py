@@ -100,7 +100,7 @@ def test_columns_are_mapped_by_the_kernels_without_dense_blocks(studies, tmp_pat
     _, paths = studies
     got = deltacells.read_deltacells(paths, join="inner", cache_dir=tmp_path / "cache")
     collection = got.X.dataset
-    assert isinstance(collection, deltacells.dataset.Collection)
+    assert isinstance(collection, deltacells.core.Collection)
     assert [member.n_genes for member in collection.members] == [got.n_vars] * 3
     assert all(member.drops_genes for member in collection.members)  # each has genes the others lack
     outer = deltacells.read_deltacells(paths, join="outer", cache_dir=tmp_path / "cache").X.dataset

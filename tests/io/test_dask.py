@@ -18,8 +18,8 @@ import pytest
 from scipy import sparse
 
 import deltacells
-import deltacells.dataset as dataset_module
-from deltacells.dataset import Dataset
+import deltacells.core as dataset_module
+from deltacells.core import Dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io import TiledCSRDataset, _dask

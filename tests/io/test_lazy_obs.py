@@ -132,7 +132,7 @@ def test_scanpy_plot_on_a_subset(written: tuple[ad.AnnData, Path], cache_dir: Pa
 
 
 def test_dataset_without_obs(tmp_path: Path, cache_dir: Path) -> None:
-    from deltacells.dataset import DatasetWriter
+    from deltacells.core import DatasetWriter
 
     path = tmp_path / "no-obs.deltacells"
     with DatasetWriter(path, 10, tile_size=16) as writer:

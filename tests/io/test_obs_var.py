@@ -157,7 +157,7 @@ def test_read_obs_of_other_anndata(source, cache_dir):
 
 def test_dataset_without_obs(tmp_path, cache_dir, make_counts):
     """A dataset written without an obs sidecar (TileWriter, no obs): default names, no columns."""
-    from deltacells.dataset import DatasetWriter
+    from deltacells.core import DatasetWriter
 
     X = make_counts(50, 5)
     with DatasetWriter(tmp_path / "bare", 5, tile_size=16) as writer:

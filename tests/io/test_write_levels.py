@@ -10,7 +10,7 @@ from scipy import sparse
 import deltacells
 from deltacells.cli import main
 from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
-from deltacells.dataset import DatasetWriter, open_dataset
+from deltacells.core import DatasetWriter, open_dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._sources import matrix_source

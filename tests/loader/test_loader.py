@@ -18,7 +18,7 @@ from scipy import sparse
 
 import deltacells
 from deltacells import Batch, CellLoader
-from deltacells.dataset import Dataset
+from deltacells.core import Dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.loader._order import epoch_order

@@ -1,7 +1,7 @@
 """An appender SIGKILLed at any step of the commit protocol leaves the old version or the new one, never a mix.
 
 Each case forks a child that appends 200 cells (with obs and an embedding) to a 300-cell dataset whose last tile
-is partial, and kills it at one step of the protocol (``deltacells.dataset._commit``): while it stages tiles,
+is partial, and kills it at one step of the protocol (``deltacells.core._commit``): while it stages tiles,
 obs shards and the schema; while the committing manifest is written (torn, or not yet renamed); right after
 the commit; while it moves the staged objects to their places; before and after it writes the finished
 manifest; or at a random time. Then:

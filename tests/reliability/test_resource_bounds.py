@@ -29,7 +29,7 @@ import deltacells
 import deltacells.codec as reader_module  # the tile checker imports decode_tile from here when it runs
 import deltacells.tiles._ranged as ranged_module  # these two decode tiles in part: decode_chunks, merge_partial
 import deltacells.tiles._reader as tile_reader_module
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 
 THREADS = 2
 BATCH = max(2, 2 * THREADS)  # tiles iter_tiles decodes ahead (Dataset._batch_size)

@@ -1,6 +1,6 @@
 """Tampered datasets through the AnnData read paths: a clear error naming the object, on every access.
 
-(tests/dataset/test_reader.py covers the same defects through ``Dataset.read_rows``; here they are met the
+(tests/core/test_reader.py covers the same defects through ``Dataset.read_rows``; here they are met the
 way users meet them: ``read_deltacells(...)[...].X``, ``adata.X[...]``, ``to_memory()``, converting the
 dataset again, and ``read_obs``.)
 """

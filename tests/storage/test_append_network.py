@@ -21,8 +21,8 @@ from tests.servers import S3Bucket
 from tests.servers.appenders import append_batch, batch
 
 import deltacells
-from deltacells.dataset import _append as append_module
-from deltacells.dataset._commit import read_for_commit, roll_forward
+from deltacells.core import _append as append_module
+from deltacells.core._commit import read_for_commit, roll_forward
 from deltacells.errors import CommitConflictError
 from deltacells.format import tile_path
 from deltacells.storage import FsspecStore

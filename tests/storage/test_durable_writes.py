@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import deltacells
-import deltacells.dataset._commit as commit_module
+import deltacells.core._commit as commit_module
 import deltacells.storage._durable as durable
 from deltacells.datasets import synthetic_counts
 

@@ -20,7 +20,7 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import DatasetNotFoundError, StorageAccessError, StorageError, StorageTimeoutError
 from deltacells.storage import FsspecStore

@@ -12,7 +12,7 @@ from scipy import sparse
 import deltacells
 from deltacells.codec import DecodedTile
 from deltacells.codec._partial import decode_chunks, parse_tile
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 from deltacells.tiles import TileCache
 from deltacells.tiles._cache import PROTECTED_SHARE
 

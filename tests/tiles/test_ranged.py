@@ -13,7 +13,7 @@ from tests.servers.stores import RemoteLookingStore
 
 import deltacells
 from deltacells.codec import prefix_size
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import Manifest
 from deltacells.storage import FsspecStore

@@ -14,7 +14,7 @@ from scipy import sparse
 import deltacells
 import deltacells.codec as codec_module
 from deltacells import _threads
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 
 N_CELLS, N_GENES, TILE = 600, 40, 50
 

@@ -20,7 +20,7 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 from deltacells.datasets import synthetic_counts
 from deltacells.obs import _write as obs_write
 from deltacells.storage import FsspecStore

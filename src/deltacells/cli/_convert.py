@@ -18,7 +18,7 @@ from deltacells.cli._options import io_concurrency_option, level_option, parse_s
 from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 
 @click.command(short_help="Convert h5ad, zarr, 10x h5/mtx or loom to a dataset.")
@@ -176,7 +176,7 @@ def convert(
             raise
         raise CLIError(_in_cli_terms(error_message(exc), counts_hint)) from exc
     elapsed = time.perf_counter() - t0
-    from deltacells.dataset import open_dataset
+    from deltacells.core import open_dataset
 
     dataset = open_dataset(out, storage_options=options)
     if not append:  # an append keeps the dataset's genes, matched by name
@@ -290,7 +290,7 @@ def _print_convert_summary(dataset: Dataset, source: Path, fmt: str, elapsed: fl
     m = dataset.manifest
     tiles = int(m.tile_bytes.sum())
     obs = int(sum(m.obs_shard_bytes))
-    from deltacells.dataset import sidecar_bytes
+    from deltacells.core import sidecar_bytes
 
     total = tiles + obs + sidecar_bytes(dataset)
     in_size = _input_size(source)

@@ -17,7 +17,7 @@ from deltacells.cli._options import parse_storage_options, storage_option
 from deltacells.format import INDEX_COLUMN, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 #: Version of the JSON object printed by ``deltacells info --json``.
 INFO_JSON_VERSION = 1
@@ -51,7 +51,7 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
           only is read);
         * ``metadata``: the manifest's free-form metadata.
     """
-    from deltacells.dataset import open_dataset, sidecar_bytes
+    from deltacells.core import open_dataset, sidecar_bytes
 
     dataset = open_dataset(path, storage_options=storage_options)
     m = dataset.manifest

@@ -1,40 +1,24 @@
-"""Datasets: opening one (or several as one, a collection) and reading any cells; writing one, manifest last."""
+"""Deprecated: the name :mod:`deltacells.core` had before it stopped sitting beside ``deltacells.datasets``.
+
+``deltacells.dataset.Collection`` and the other names still work, with a ``FutureWarning`` pointing at
+``deltacells.core`` (``deltacells.open_dataset``, ``deltacells.Dataset`` and ``deltacells.DatasetWriter`` at the top
+level are unchanged).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-from deltacells._lazy import lazy_names
-from deltacells.dataset._collection import Collection
-from deltacells.dataset._commit import PendingCommitStore
-from deltacells.dataset._dataset import Dataset
-from deltacells.dataset._indexing import normalize_rows
-from deltacells.dataset._open import open_dataset
-from deltacells.dataset._output import check_output, holds_dataset
-from deltacells.dataset._sizes import sidecar_bytes
-from deltacells.dataset._writer import DatasetWriter
+from deltacells.errors import warn_renamed
 
-if TYPE_CHECKING:
-    from deltacells.dataset._append import AppendRequest, append_cells
+__all__: list[str] = []
 
-__all__ = [
-    "Collection",
-    "Dataset",
-    "DatasetWriter",
-    "open_dataset",
-    "sidecar_bytes",
-    # rows as users give them, checked and made an index array or a slice
-    "normalize_rows",
-    # writing: where a dataset may be written; appending cells to one
-    "AppendRequest",
-    "append_cells",
-    "check_output",
-    "holds_dataset",
-    # reading a dataset whose append is pending (its commit not rolled forward yet)
-    "PendingCommitStore",
-]
 
-#: Names whose module importing the package does not load (appends): it loads on first use.
-_LAZY = {"AppendRequest": "deltacells.dataset._append", "append_cells": "deltacells.dataset._append"}
+def __getattr__(name: str) -> Any:
+    import deltacells.core
 
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+    if name.startswith("__") or name not in deltacells.core.__all__:
+        msg = f"module 'deltacells.dataset' has no attribute {name!r} (it is deltacells.core now)"
+        raise AttributeError(msg)
+    warn_renamed(f"deltacells.dataset.{name}", f"deltacells.core.{name}")
+    return getattr(deltacells.core, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deltacells._threads import default_threads
-from deltacells.dataset import open_dataset, sidecar_bytes
+from deltacells.core import open_dataset, sidecar_bytes
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._report import Converted
 from deltacells.io import write_deltacells

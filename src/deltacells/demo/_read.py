@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._kernel_loading import load_compiled_kernels
-from deltacells.dataset import Dataset
+from deltacells.core import Dataset
 from deltacells.demo._clock import Stopwatch
 from deltacells.demo._compare import same_frame, same_matrix
 from deltacells.demo._report import FullRead, Opened, SubsetRead, WarmUp

@@ -2,7 +2,7 @@
 
 Genes are matched by name to the dataset's (any order; the dataset's gene order and var stay as they are), obs
 columns by name and kind (``deltacells.obs._append``), the per-cell elements beside the tiles grow by a part
-of their own (``deltacells.io._extras_parts``); the commit is ``deltacells.dataset._append``'s.
+of their own (``deltacells.io._extras_parts``); the commit is ``deltacells.core._append``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from deltacells.dataset import AppendRequest, append_cells, open_dataset
+from deltacells.core import AppendRequest, append_cells, open_dataset
 from deltacells.errors import InvalidValueError
 from deltacells.io._extras_parts import part_writer, stored_extras
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import anndata as ad
     import pandas as pd
 
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 __all__ = ["anndata_parts", "counts_location", "counts_of"]
 

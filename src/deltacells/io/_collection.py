@@ -19,7 +19,7 @@ import pandas as pd
 
 from deltacells._checks import check_choice, check_names
 from deltacells._threads import map_members
-from deltacells.dataset import Collection, Dataset, open_dataset
+from deltacells.core import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.format import INDEX_COLUMN
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES

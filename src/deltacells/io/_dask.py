@@ -26,7 +26,7 @@ from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io._dask_blocks import block_class, register_with_dask
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Collection, Dataset
+    from deltacells.core import Collection, Dataset
     from deltacells.format import Manifest
     from deltacells.storage import BaseStore
 
@@ -198,7 +198,7 @@ def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: str | int
         raise ImportError(msg) from exc
 
     chunks = parse_chunks(chunks, allow_none=False)
-    from deltacells.dataset import Collection
+    from deltacells.core import Collection
 
     if isinstance(dataset, Collection):
         members = [dask_array(member, dtype, chunks, sparse_array=sparse_array) for member in dataset.members]
@@ -266,7 +266,7 @@ def dataset_for(source: BlockSource) -> Dataset:
         if dataset is not None:
             _open.move_to_end(source.key)
             return dataset
-    from deltacells.dataset import open_dataset
+    from deltacells.core import open_dataset
 
     # No tile cache: a block's tiles are read once per computation, and a worker's memory is the cluster's.
     opened = open_dataset(source.store, tile_cache_bytes=0, threads=source.threads)

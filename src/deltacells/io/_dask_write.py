@@ -11,7 +11,7 @@ of the active ``dask.distributed`` client, or dask's local scheduler when there 
    see); it returns only the cells, nonzeros and bytes of each tile (:func:`store_dask_tiles`).
 
 The client then writes the sidecars, obs and, last of all, the manifest
-(:class:`~deltacells.dataset.DatasetWriter`). A task holds the destination store (which pickles to its URL
+(:class:`~deltacells.core.DatasetWriter`). A task holds the destination store (which pickles to its URL
 and options) and the gene permutation (one shared key): never a file handle or the whole matrix.
 """
 

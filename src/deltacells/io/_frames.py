@@ -15,7 +15,7 @@ from deltacells.io._names import default_names
 from deltacells.io._var_frame import string_values, var_frame
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 __all__ = [
     "default_names_of",

@@ -11,14 +11,14 @@ from scipy import sparse
 
 from deltacells._checks import is_integer
 from deltacells._sparse import issparse
-from deltacells.dataset import normalize_rows
+from deltacells.core import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
 from deltacells.io._dask import dask_array
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from deltacells.dataset import Collection, Dataset
+    from deltacells.core import Collection, Dataset
 
 __all__ = ["TiledCSRDataset"]
 
@@ -69,7 +69,7 @@ class TiledCSRDataset(CSRDataset):
     Parameters
     ----------
     dataset
-        The open dataset, or a :class:`~deltacells.dataset.Collection` of datasets read as one.
+        The open dataset, or a :class:`~deltacells.core.Collection` of datasets read as one.
     dtype
         dtype of the values returned: float32 (default), int32, int64 or float64.
     """
@@ -96,7 +96,7 @@ class TiledCSRDataset(CSRDataset):
 
     @property
     def dataset(self) -> Dataset | Collection:
-        """The underlying :class:`~deltacells.Dataset` (or :class:`~deltacells.dataset.Collection`)."""
+        """The underlying :class:`~deltacells.Dataset` (or :class:`~deltacells.core.Collection`)."""
         return self._dataset
 
     @property

@@ -12,7 +12,7 @@ import pandas as pd
 
 from deltacells._checks import is_bool
 from deltacells._kernel_loading import prepare_kernels
-from deltacells.dataset import Dataset, open_dataset
+from deltacells.core import Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._assemble import anndata_parts, counts_location, counts_of

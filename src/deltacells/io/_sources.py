@@ -11,7 +11,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells._sparse import issparse
-from deltacells.dataset import normalize_rows
+from deltacells.core import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
 
 if TYPE_CHECKING:

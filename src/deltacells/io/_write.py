@@ -11,7 +11,7 @@ import pandas as pd
 
 from deltacells._checks import check_names
 from deltacells.codec import Level, resolve_level
-from deltacells.dataset import DatasetWriter, check_output, holds_dataset
+from deltacells.core import DatasetWriter, check_output, holds_dataset
 from deltacells.errors import InvalidValueError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
 from deltacells.io._extras import collect_extras, write_extras

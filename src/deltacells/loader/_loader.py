@@ -17,7 +17,7 @@ from scipy import sparse
 
 from deltacells._checks import check_integer, check_names
 from deltacells._threads import default_threads
-from deltacells.dataset import Collection
+from deltacells.core import Collection
 from deltacells.errors import InvalidValueError
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
@@ -27,7 +27,7 @@ from deltacells.loader._source import LoaderSource, resolve_source
 from deltacells.obs import CollectionObs, ObsStore
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 __all__ = ["Batch", "CellLoader"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.dataset import Collection, Dataset, normalize_rows, open_dataset
+from deltacells.core import Collection, Dataset, normalize_rows, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.loader._plan import Blocks, BlockWeights
 from deltacells.obs import resolve_cache_dir

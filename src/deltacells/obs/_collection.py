@@ -28,7 +28,7 @@ from deltacells.obs._cache import ObsStore
 from deltacells.obs._dtypes import default_string_dtype
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Collection
+    from deltacells.core import Collection
 
 __all__ = ["CollectionObs"]
 

@@ -224,7 +224,7 @@ class TileWriter:
     the size of the matrix. A failed upload fails the next tile submitted (or :meth:`finish`).
     :meth:`finish` writes the last, partial tile, waits for every upload and returns the :class:`TileList`
     that the manifest records. The dataset around the tiles (sidecars, obs, the manifest) is
-    :class:`~deltacells.dataset.DatasetWriter`'s job; it submits its other objects through ``uploads``
+    :class:`~deltacells.core.DatasetWriter`'s job; it submits its other objects through ``uploads``
     too, so that one bound covers them all.
 
     Parameters

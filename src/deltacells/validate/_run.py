@@ -81,7 +81,7 @@ def validate_dataset(
 
 def _pending_commit_read_through(store: BaseStore, fields: ManifestFields, found: Collector) -> BaseStore:
     """The store to check: for a pending commit (an append killed while moving its objects), reading through it."""
-    from deltacells.dataset import PendingCommitStore
+    from deltacells.core import PendingCommitStore
 
     commit = collect(commit_of(fields.metadata or {}), found)
     if commit is None or not commit.pending:

@@ -12,7 +12,7 @@ from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
 from deltacells.codec._partial import parse_tile
-from deltacells.dataset import Dataset, open_dataset
+from deltacells.core import Dataset, open_dataset
 
 N_CELLS, N_GENES, TILE, N_CHUNKS = 1000, 60, 125, 8
 ORDER = np.random.default_rng(1).permutation(N_GENES)

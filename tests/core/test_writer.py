@@ -15,7 +15,7 @@ from scipy import sparse
 
 import deltacells
 from deltacells import FormatError
-from deltacells.dataset import DatasetWriter, open_dataset
+from deltacells.core import DatasetWriter, open_dataset
 from deltacells.storage import FsspecStore
 from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_TILE_SIZE, to_count_csr
 

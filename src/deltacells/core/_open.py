@@ -6,8 +6,8 @@ import os
 from typing import Any
 
 from deltacells._kernel_loading import prepare_kernels
-from deltacells.dataset._commit import reading_store
-from deltacells.dataset._dataset import Dataset
+from deltacells.core._commit import reading_store
+from deltacells.core._dataset import Dataset
 from deltacells.errors import DatasetNotFoundError, MissingObjectError
 from deltacells.format import MANIFEST_NAME, Manifest, check_manifest_text, first_problem_raises
 from deltacells.storage import BaseStore, open_store

@@ -13,7 +13,7 @@ import numpy as np
 
 from deltacells._checks import check_integer
 from deltacells.codec import Level, resolve_level
-from deltacells.dataset._output import (
+from deltacells.core._output import (
     check_output,
     clear_unfinished,
     holds_dataset,
@@ -63,7 +63,7 @@ class DatasetWriter:
 
     With ``overwrite=True`` an existing dataset stays whole and readable until the new one is complete: the
     new one is written under a staging prefix inside the root and swapped in by :meth:`close` (see
-    ``deltacells.dataset._output``). A failed or killed overwrite leaves the old dataset as it was.
+    ``deltacells.core._output``). A failed or killed overwrite leaves the old dataset as it was.
 
     Parameters
     ----------

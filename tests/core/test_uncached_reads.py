@@ -11,7 +11,7 @@ import pytest
 from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path
 

@@ -9,7 +9,7 @@ import pytest
 from scipy import sparse
 
 from deltacells import FormatError
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.errors import DatasetNotFoundError, MissingObjectError
 
 CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from deltacells import FormatError, Manifest
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.errors import MissingObjectError
 from deltacells.format import FORMAT_NAME, FORMAT_VERSION
 from deltacells.validate import validate_dataset

@@ -17,14 +17,14 @@ from scipy import sparse
 from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells._threads import map_members
-from deltacells.dataset._indexing import expected_nnz, normalize_rows
+from deltacells.core._indexing import expected_nnz, normalize_rows
 from deltacells.errors import InvalidValueError
 from deltacells.tiles import DIRECT_DTYPES, gather_rows_split
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from deltacells.dataset._dataset import Dataset
+    from deltacells.core._dataset import Dataset
 
 __all__ = ["Collection"]
 

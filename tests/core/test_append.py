@@ -19,8 +19,8 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.dataset import _append as append_module
-from deltacells.dataset import open_dataset
+from deltacells.core import _append as append_module
+from deltacells.core import open_dataset
 from deltacells.errors import FormatError, InvalidValueError
 from deltacells.format import APPEND_PREFIX, MANIFEST_NAME
 
@@ -107,7 +107,7 @@ def test_without_obs_columns(tmp_path: Path) -> None:
 
 
 def test_a_dataset_without_obs(tmp_path: Path) -> None:
-    from deltacells.dataset import DatasetWriter
+    from deltacells.core import DatasetWriter
 
     path = tmp_path / "ds"
     first, second = batch(20, 0, seed=1), batch(9, 20, seed=2)

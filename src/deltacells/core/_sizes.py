@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from deltacells.format import SIDECAR_NAMES
 
 if TYPE_CHECKING:
-    from deltacells.dataset import Dataset
+    from deltacells.core import Dataset
 
 __all__ = ["sidecar_bytes"]
 

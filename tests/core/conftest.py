@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from deltacells.dataset import DatasetWriter
+from deltacells.core import DatasetWriter
 
 
 def _make_counts(

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.dataset._commit import (
+from deltacells.core._commit import (
     read_for_commit,
     reading_store,
     roll_forward,
     with_commit,
     writer_lock,
 )
-from deltacells.dataset._output import remove_stale_staging
+from deltacells.core._output import remove_stale_staging
 from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
 from deltacells.format import (
     APPEND_PREFIX,

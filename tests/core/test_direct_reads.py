@@ -13,7 +13,7 @@ from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
 from deltacells.codec._layout import GEXC_LEN, TileHeader, read_chunk_table
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path
 

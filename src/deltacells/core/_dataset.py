@@ -14,8 +14,8 @@ from deltacells._checks import check_choice
 from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells.codec import read_only
-from deltacells.dataset._indexing import expected_nnz, normalize_rows
-from deltacells.dataset._sidecars import read_gene_order, read_var_names, read_var_table
+from deltacells.core._indexing import expected_nnz, normalize_rows
+from deltacells.core._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
 from deltacells.format import Manifest
 from deltacells.tiles import (

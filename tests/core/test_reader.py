@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from scipy import sparse
 
 import deltacells
-import deltacells.dataset._dataset as reader_module
+import deltacells.core._dataset as reader_module
 from deltacells import FormatError
-from deltacells.dataset import Dataset, DatasetWriter, open_dataset
+from deltacells.core import Dataset, DatasetWriter, open_dataset
 from deltacells.errors import DeltaCellsWarning, MissingObjectError
 from deltacells.storage import FsspecStore
 from deltacells.tiles import TileCache
@@ -522,7 +522,7 @@ def test_large_request_ascending_rows(uneven, threads, assert_csr_equals):
 ASCENDING_WITH_REPEATS = """
 import sys
 import numpy as np
-from deltacells.dataset import open_dataset
+from deltacells.core import open_dataset
 
 path = sys.argv[1]
 expected = np.load(sys.argv[2])

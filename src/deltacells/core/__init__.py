@@ -1,0 +1,40 @@
+"""Datasets: opening one (or several as one, a collection) and reading any cells; writing one, manifest last."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deltacells._lazy import lazy_names
+from deltacells.core._collection import Collection
+from deltacells.core._commit import PendingCommitStore
+from deltacells.core._dataset import Dataset
+from deltacells.core._indexing import normalize_rows
+from deltacells.core._open import open_dataset
+from deltacells.core._output import check_output, holds_dataset
+from deltacells.core._sizes import sidecar_bytes
+from deltacells.core._writer import DatasetWriter
+
+if TYPE_CHECKING:
+    from deltacells.core._append import AppendRequest, append_cells
+
+__all__ = [
+    "Collection",
+    "Dataset",
+    "DatasetWriter",
+    "open_dataset",
+    "sidecar_bytes",
+    # rows as users give them, checked and made an index array or a slice
+    "normalize_rows",
+    # writing: where a dataset may be written; appending cells to one
+    "AppendRequest",
+    "append_cells",
+    "check_output",
+    "holds_dataset",
+    # reading a dataset whose append is pending (its commit not rolled forward yet)
+    "PendingCommitStore",
+]
+
+#: Names whose module importing the package does not load (appends): it loads on first use.
+_LAZY = {"AppendRequest": "deltacells.core._append", "append_cells": "deltacells.core._append"}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
