@@ -250,7 +250,7 @@ class BaseStore(abc.ABC):
         return data, hashlib.sha256(data).hexdigest()
 
     def version_tag(self, path: str) -> str | None:
-        """The version tag of object ``path`` (as :meth:`read_versioned` gives it), or None if it does not exist.
+        """The version tag of object ``path`` (as ``read_versioned`` gives it), or None if it does not exist.
 
         The default reads the object; stores that can ask for the tag alone (S3: a HEAD) override it.
         """
