@@ -1,10 +1,16 @@
-"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster."""
+"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster; anndata's marks."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``anndata.tests.helpers`` uses marks of its own at import time; register them under ``--strict-markers``."""
+    for mark in ("gpu", "array_api"):
+        config.addinivalue_line("markers", f"{mark}: used by anndata.tests.helpers (not by deltacells)")
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "errors",
         "_checks",
+        "_internals",
         "_jit",
         "_json",
         "_kernel_loading",

@@ -32,9 +32,10 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 import numba
-from numba.core import sigutils
 
-__all__ = ["compiled_kernels_list", "kernel"]
+from deltacells import _internals
+
+__all__ = ["cache_index_path", "compiled_kernels_list", "kernel"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,12 +62,11 @@ def kernel(func: F) -> F:
         ``func`` itself.
     """
     dispatcher = numba.njit(nogil=True, cache=True, boundscheck=False)(func)
-    cache = getattr(dispatcher, "_cache", None)  # numba's per-function cache (absent with NUMBA_DISABLE_JIT)
-    if cache is not None and getattr(cache, "cache_path", None):
+    cache = _internals.numba_function_cache(dispatcher)  # numba's per-function cache (none with NUMBA_DISABLE_JIT)
+    if cache is not None and _internals.numba_cache_path(cache):
         guarded = GuardedCache(cache)
-        patched: Any = dispatcher  # numba's types have no _cache, and a method is replaced here
-        patched._cache = guarded
-        patched.compile = guarded.locking(dispatcher.compile)  # numba calls self.compile(sig) for each one
+        _internals.set_numba_function_cache(dispatcher, guarded)
+        _internals.wrap_numba_compile(dispatcher, guarded.locking)  # numba calls self.compile(sig) for each one
         _KERNELS.append(dispatcher)
     return cast("F", dispatcher)  # called as the function it compiles (numba's types say Dispatcher[F])
 
@@ -74,6 +74,13 @@ def kernel(func: F) -> F:
 def compiled_kernels_list() -> list[Any]:
     """Every kernel made by :func:`kernel` so far, numba's dispatchers (none with ``NUMBA_DISABLE_JIT``)."""
     return list(_KERNELS)
+
+
+def cache_index_path(dispatcher: Any) -> str:
+    """The index file of a kernel made by :func:`kernel` in numba's cache (present once a compilation is saved)."""
+    cache = _internals.numba_function_cache(dispatcher)
+    assert isinstance(cache, GuardedCache)
+    return cache.index_path
 
 
 #: Every kernel made by :func:`kernel` so far (those of the modules imported; see
@@ -84,6 +91,9 @@ _KERNELS: list[Any] = []
 class GuardedCache:
     """A numba function cache used only under a lock on its directory, and checked on load.
 
+    It implements numba's (internal) cache protocol, which numba's dispatcher calls (see
+    :mod:`deltacells._internals`).
+
     Parameters
     ----------
     cache
@@ -93,7 +103,8 @@ class GuardedCache:
 
     def __init__(self, cache: Any) -> None:
         self._cache = cache
-        self.lock_path = os.path.join(cache.cache_path, LOCK_NAME)
+        self.cache_path = _internals.numba_cache_path(cache) or ""
+        self.lock_path = os.path.join(self.cache_path, LOCK_NAME)
         self._usable = False  # whether the compilation under way holds the lock (see locking)
 
     def __getattr__(self, name: str) -> Any:
@@ -102,8 +113,7 @@ class GuardedCache:
     @property
     def index_path(self) -> str:
         """The file numba writes first when it saves this function's compilations (its index)."""
-        path: str = self._cache._cache_file._index_path
-        return path
+        return _internals.numba_cache_index_path(self._cache)
 
     def locking(self, compile_signature: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``compile_signature`` (the dispatcher's ``compile``), run holding the lock on the cache's directory.
@@ -116,7 +126,7 @@ class GuardedCache:
         """
 
         def compile_locked(sig: Any) -> Any:
-            with _COMPILING, _directory_lock(self._cache.cache_path) as locked:
+            with _COMPILING, _directory_lock(self.cache_path) as locked:
                 usable, self._usable = self._usable, locked
                 try:
                     return compile_signature(sig)
@@ -125,25 +135,23 @@ class GuardedCache:
 
         return compile_locked
 
+    @_internals.overrides("numba.core.caching.Cache")
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         """The cached compilation of ``sig``, or ``None``: not cached, not locked, or for another signature."""
-        if not self._usable or not os.path.isdir(self._cache.cache_path):
+        if not self._usable or not os.path.isdir(self.cache_path):
             return None  # nothing cached yet (the directory comes with the first save)
-        result = self._cache.load_overload(sig, target_context)
-        if result is not None and tuple(result.signature.args) != tuple(_signature_args(sig)):
+        result = _internals.numba_load_overload(self._cache, sig, target_context)
+        if result is not None and (
+            _internals.numba_loaded_signature_args(result) != _internals.numba_signature_args(sig)
+        ):
             return None  # another signature's code under this one's entry: compiled again and saved over it
         return result
 
+    @_internals.overrides("numba.core.caching.Cache")
     def save_overload(self, sig: Any, data: Any) -> None:
         """Save the compilation of ``sig`` (skipped without the lock)."""
         if self._usable:
-            self._cache.save_overload(sig, data)
-
-
-def _signature_args(sig: Any) -> tuple[Any, ...]:
-    """The argument types of a numba signature, as numba normalises it."""
-    args: tuple[Any, ...] = sigutils.normalize_signature(sig)[0]  # type: ignore[no-untyped-call]  # unannotated in numba
-    return args
+            _internals.numba_save_overload(self._cache, sig, data)
 
 
 #: One thread of the process compiles (or loads) a kernel at a time: taken before any directory's lock, so

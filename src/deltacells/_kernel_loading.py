@@ -116,12 +116,12 @@ def kernels_to_compile() -> list[str]:
     """
     for module in KERNEL_MODULES:
         importlib.import_module(module)
-    from deltacells._jit import compiled_kernels_list
+    from deltacells._jit import cache_index_path, compiled_kernels_list
 
     return [
         dispatcher.py_func.__qualname__
         for dispatcher in compiled_kernels_list()
-        if not os.path.exists(dispatcher._cache.index_path)
+        if not os.path.exists(cache_index_path(dispatcher))
     ]
 
 

@@ -12,8 +12,6 @@ bug.
 
 from __future__ import annotations
 
-import warnings
-
 __all__ = [
     "CommitConflictError",
     "DatasetNotFoundError",
@@ -21,6 +19,7 @@ __all__ = [
     "DeltaCellsWarning",
     "DemoMismatchError",
     "FormatError",
+    "InternalChangedError",
     "InvalidTypeError",
     "InvalidValueError",
     "MissingObjectError",
@@ -65,6 +64,14 @@ class ObsCacheError(DeltaCellsError, OSError):
 
 class UnsupportedPlatformError(DeltaCellsError, RuntimeError):
     """The host cannot read the format (e.g. a big-endian machine)."""
+
+
+class InternalChangedError(DeltaCellsError, ImportError):
+    """An internal of another library deltacells relies on is not as in the versions deltacells is tested on.
+
+    The message names the internal (see ``deltacells._internals.INTERNALS``), the installed version of its library
+    and the versions tested.
+    """
 
 
 class InvalidValueError(DeltaCellsError, ValueError):
@@ -165,11 +172,17 @@ def warn(message: str, category: type[Warning] = DeltaCellsWarning) -> None:
     """
     import pathlib
     import sys
+    import warnings
 
     package_dir = str(pathlib.Path(__file__).parent)
-    # warnings.warn(skip_file_prefixes=...) needs Python 3.12: count the package's frames instead.
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package_dir):
+    if sys.version_info >= (3, 12):
+        warnings.warn(message, category, skip_file_prefixes=(package_dir,))
+        return
+    # Python 3.11 has no skip_file_prefixes: count the package's frames (inspect's public access to them).
+    import inspect
+
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_back is not None and frame.f_code.co_filename.startswith(package_dir):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 

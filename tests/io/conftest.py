@@ -31,12 +31,6 @@ HERE = Path(__file__).resolve().parent
 #: Warnings that anndata / zarr emit from their own code with the versions we support; they are not
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """``anndata.tests.helpers`` uses marks of its own at import time; register them under ``--strict-markers``."""
-    for mark in ("gpu", "array_api"):
-        config.addinivalue_line("markers", f"{mark}: used by anndata.tests.helpers (not by deltacells)")
-
-
 @pytest.fixture(autouse=True)
 def _no_default_cache(no_default_cache: None) -> None:
     """Every test here must pass ``cache_dir=`` (see ``tests/conftest.py``)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,13 +198,69 @@ def test_column_out_of_range_message(lazy):
 # ---------------------------------------------------------------------- 6. __sizeof__
 
 
-def test_sizeof_with_disk(both):
-    # anndata adds the on-disk size of its own backed classes only (through their private _to_backed()):
-    # for a deltacells X, with_disk=True counts the Python object, as documented in TiledCSRDataset.
+def test_sizeof_with_disk(files, both):
+    # with_disk=True adds what is on disk: anndata's backed arrays, a deltacells X's tiles (their stored bytes).
     backed, lazy = both["h5ad"], both["deltacells"]
     assert backed.__sizeof__(with_disk=True) > backed.__sizeof__()
-    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__()
+    tiles = sum(path.stat().st_size for path in (files[1] / "tiles").iterdir())
+    assert tiles == int(lazy.X.dataset.tile_bytes.sum()) > 0
+    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() - object.__sizeof__(lazy.X) + tiles
+    assert lazy.X.__sizeof__() == object.__sizeof__(lazy.X)  # outside AnnData.__sizeof__(with_disk=True)
     assert "with_disk" in TiledCSRDataset.__doc__
+
+
+def test_sizeof_with_disk_counts_a_lazy_layer_too(lazy):
+    tiles = int(lazy.X.dataset.tile_bytes.sum())
+    lazy.layers["counts"] = lazy.X
+    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() + 2 * (tiles - object.__sizeof__(lazy.X))
+
+
+# ---------------------------------------------------------------------- 6b. anndata's test helpers
+
+
+def test_assert_equal_compares_a_lazy_x(files, lazy, backed):
+    from anndata.tests.helpers import assert_equal
+
+    expected = files[0].X
+    assert_equal(lazy.X, expected)
+    assert_equal(lazy.X, expected.toarray())
+    assert_equal(expected, lazy.X)
+    assert_equal(lazy.X, backed.X)
+    assert_equal(backed.X, lazy.X)
+    assert_equal(lazy.X, lazy.X, exact=True)
+    changed = expected.copy()
+    changed.data[0] += 1
+    with pytest.raises(AssertionError):
+        assert_equal(lazy.X, changed)
+    with pytest.raises(AssertionError):
+        assert_equal(changed, lazy.X)
+
+
+def test_assert_equal_compares_an_anndata_with_a_lazy_x(files, lazy):
+    from anndata.tests.helpers import assert_equal
+
+    memory = lazy.to_memory()
+    assert_equal(lazy.X, memory.X)
+    assert_equal(lazy, memory)
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "import deltacells, sys\nassert 'anndata.tests.helpers' not in sys.modules\nimport anndata.tests.helpers",
+        "import anndata.tests.helpers\nimport deltacells",
+    ],
+    ids=["deltacells first", "helpers first"],
+)
+def test_assert_equal_registered_whichever_is_imported_first(imports):
+    """In a fresh interpreter: registered once anndata's test helpers are imported (``import deltacells`` does not)."""
+    code = f"""{imports}
+from anndata.tests.helpers import assert_equal
+from deltacells.io import TiledCSRDataset
+assert TiledCSRDataset in assert_equal.registry
+"""
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------- 7. write_h5ad(as_dense=...)

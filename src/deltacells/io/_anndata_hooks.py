@@ -1,26 +1,29 @@
 """Teaching anndata about :class:`TiledCSRDataset`: its writers stream it, ``to_memory`` loads it.
 
-anndata dispatches writing and ``AnnData.to_memory`` on the type of ``X`` through
-registries that have no public extension point yet, so this module registers there.
-It is the only place in deltacells that touches anndata's private modules.
+anndata dispatches writing and ``AnnData.to_memory`` on the type of ``X`` through registries that have no
+public extension point yet, so this module registers there, through :mod:`deltacells._internals` (which lists
+every internal of anndata that deltacells uses, with the versions tested).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from types import FrameType, MappingProxyType
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from deltacells import _internals
 from deltacells.io._dask_blocks import CSRArrayBlock, CSRMatrixBlock
 from deltacells.io._lazy import TiledCSRDataset
 from deltacells.io._lazy_obs import LazyObs
 
 _registered = False
+
+#: anndata's encoding of a CSR matrix, the one the writers below write.
+CSR_ENCODING = ("csr_matrix", "0.1.0")
 
 
 def register_anndata_io() -> None:
@@ -28,31 +31,30 @@ def register_anndata_io() -> None:
     global _registered
     if _registered:
         return
-    import anndata as ad
-    import anndata.utils
     import h5py
     import zarr
-    from anndata._core.file_backing import to_memory
-    from anndata._core.views import DaskArrayView
-    from anndata._io.specs import IOSpec
-    from anndata._io.specs.registry import _REGISTRY
-    from anndata.compat import DaskArray  # type: ignore[attr-defined, unused-ignore]  # not in anndata.compat's __all__
 
-    spec = IOSpec("csr_matrix", "0.1.0")
-    for group_type in (h5py.Group, zarr.Group):
-        _REGISTRY.register_write(group_type, TiledCSRDataset, spec)(write_tiled_csr)
-        for block_class in (CSRMatrixBlock, CSRArrayBlock):  # anndata looks writers up by exact type
-            _REGISTRY.register_write(group_type, block_class, spec)(_write_dask_block)
-            for dask_type in (DaskArray, DaskArrayView):
-                # anndata's registry also takes (array type, block type): it looks dask arrays up by their blocks
-                _REGISTRY.register_write(group_type, (dask_type, block_class), spec)(_write_dask_of_blocks)  # type: ignore[arg-type]
-    to_memory.register(TiledCSRDataset)(_to_memory)
+    groups = (h5py.Group, zarr.Group)
+    _internals.register_anndata_writer(groups, TiledCSRDataset, CSR_ENCODING, write_tiled_csr)
+    for block_class in (CSRMatrixBlock, CSRArrayBlock):  # anndata looks writers up by exact type
+        _internals.register_anndata_writer(groups, block_class, CSR_ENCODING, _write_dask_block)
+        for dask_type in _dask_array_classes():
+            _internals.register_anndata_writer(groups, (dask_type, block_class), CSR_ENCODING, _write_dask_of_blocks)
+    _internals.register_to_memory(TiledCSRDataset, _to_memory)
     # A view of an AnnData drops the categories its cells do not have, and their colours in uns.
-    # a functools.singledispatch function, which anndata annotates as a plain callable
-    ad.AnnData._remove_unused_categories.register(LazyObs)(staticmethod(_remove_unused_categories))  # type: ignore[attr-defined]
+    _internals.register_remove_unused_categories(LazyObs, _remove_unused_categories)
     # anndata.utils.asarray densifies anndata's own backed datasets (np.asarray refuses to).
-    anndata.utils.asarray.register(TiledCSRDataset)(_asarray)
+    _internals.register_asarray(TiledCSRDataset, _asarray)
     _registered = True
+
+
+def _dask_array_classes() -> tuple[type, ...]:
+    """A dask X's classes: dask's array, and anndata's for a view's dask X (none without dask)."""
+    try:
+        import dask.array as da
+    except ImportError:  # no dask X can be written without dask
+        return ()
+    return (da.Array, _internals.anndata_dask_view_class())
 
 
 def _write_dask_block(
@@ -119,11 +121,12 @@ def write_tiled_csr(
     The first block creates the group (through anndata's own writer, so the
     encoding and on-disk layout are anndata's); the others are appended to it.
     When ``write_h5ad`` was asked for this element with ``as_dense``, it is written
-    as a dense ``array`` instead (see :func:`_dense_requested`).
+    as a dense ``array`` instead (anndata does that itself for its own sparse classes only: deltacells notes
+    ``as_dense`` as ``anndata.io.write_h5ad`` is called, :func:`deltacells._internals.h5ad_dense_requested`).
     """
     import anndata
 
-    if _dense_requested(f, k):
+    if _internals.h5ad_dense_requested(f, k):
         _write_dense(f, k, elem, dataset_kwargs=dataset_kwargs)
         return
     blocks = elem.iter_row_blocks()
@@ -135,26 +138,6 @@ def write_tiled_csr(
     on_disk = anndata.io.sparse_dataset(f[k])
     for _, block in blocks:
         on_disk.append(block)  # type: ignore[union-attr]  # anndata's abstract sparse datasets leave out append
-
-
-def _dense_requested(f: Any, k: str) -> bool:
-    """Whether ``AnnData.write_h5ad(..., as_dense=...)`` lists the element ``k`` of group ``f``.
-
-    anndata handles ``as_dense`` itself for its own sparse classes only (by type) and does not pass it
-    to writers, so it is looked up in the frames of anndata's h5ad writer that called this one.
-    """
-    name = getattr(f, "name", None)
-    if not isinstance(name, str):
-        return False
-    path = f"{name.rstrip('/')}/{k}".lstrip("/")
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_filename.replace("\\", "/").endswith("anndata/_io/h5ad.py") and "as_dense" in code.co_varnames:
-            as_dense = frame.f_locals.get("as_dense", ())
-            return path in ([as_dense] if isinstance(as_dense, str) else list(as_dense))
-        frame = frame.f_back
-    return False
 
 
 def _write_dense(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from deltacells import _internals
 from deltacells._sparse import issparse
 
 __all__ = ["CSRArrayBlock", "CSRMatrixBlock", "block_class", "register_with_dask"]
@@ -94,8 +95,6 @@ def register_with_dask() -> None:
     global _registered
     if _registered:
         return
-    from dask.array.dispatch import concatenate_lookup
-
     for cls in (CSRMatrixBlock, CSRArrayBlock):
-        concatenate_lookup.register(cls)(_concatenate)
+        _internals.register_dask_concatenate(cls, _concatenate)
     _registered = True

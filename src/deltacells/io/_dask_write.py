@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells import _internals
 from deltacells._threads import default_threads
 from deltacells.codec import encode_tile
 from deltacells.format import tile_path
@@ -191,12 +192,12 @@ def run_tasks(tasks: Sequence[Any], on_result: Callable[[int, Any], None]) -> No
         _run_on_cluster(client, tasks, on_result)
         return
     import dask.config
-    from dask.base import compute, get_scheduler
+    from dask.base import compute
     from dask.threaded import get as threaded_get
 
     threads = int(dask.config.get("num_workers", None) or default_threads())
     batch = max(1, _BATCH_PER_THREAD * threads)
-    own_pool = get_scheduler(collections=list(tasks[:1])) is threaded_get and dask.config.get("pool", None) is None
+    own_pool = _internals.dask_scheduler(list(tasks[:1])) is threaded_get and dask.config.get("pool", None) is None
     pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacells-dask") if own_pool else None
     try:
         for first in range(0, len(tasks), batch):
@@ -258,17 +259,7 @@ def _running_keys(keys: set[Any], dask_worker: Any = None) -> list[Any]:
 
 def _distributed_client() -> Any:
     """The ``distributed.Client`` that dask would compute with now, or ``None`` (a local scheduler)."""
-    from dask.base import get_scheduler
-
-    scheduler = get_scheduler()
-    owner = getattr(scheduler, "__self__", None)
-    if owner is None:
-        return None
-    try:
-        from distributed import Client
-    except ImportError:  # pragma: no cover - a client cannot be in effect without distributed
-        return None
-    return owner if isinstance(owner, Client) else None
+    return _internals.dask_distributed_client()
 
 
 # ---------------------------------------------------------------------- what the tasks run

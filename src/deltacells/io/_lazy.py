@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from anndata.abc import CSRDataset
 from scipy import sparse
 
+from deltacells import _internals
 from deltacells._checks import is_integer
 from deltacells._sparse import issparse
 from deltacells.core import normalize_rows
@@ -39,10 +40,11 @@ def parse_read_dtype(dtype: DTypeLike) -> np.dtype:
     return parsed
 
 
-class TiledCSRDataset(CSRDataset):
+class TiledCSRDataset:
     """A deltacells dataset seen as a CSR matrix that is read lazily, tile by tile.
 
-    It implements :class:`anndata.abc.CSRDataset`, so it can be an AnnData's ``X``:
+    It implements :class:`anndata.abc.CSRDataset` (and is registered as one: ``isinstance(X,
+    anndata.abc.CSRDataset)`` holds), so it can be an AnnData's ``X``:
     indexing (``X[rows]``, ``X[rows, cols]``, ``X[np.ix_(rows, cols)]``) decodes only
     the tiles that hold the requested cells and returns a
     :class:`scipy.sparse.csr_matrix`, exactly as indexing the in-memory matrix would.
@@ -58,13 +60,16 @@ class TiledCSRDataset(CSRDataset):
     - its attributes cannot be set (``X.group = ...`` raises :class:`AttributeError`);
     - an index of the wrong kind (a float, ``None``, a string, a 2-D sparse mask) or out of range
       raises :class:`~deltacells.errors.OutOfRangeError`, an :class:`IndexError`;
-    - ``adata.write_h5ad(path, as_dense=("X",))`` writes ``X`` as a dense array.
+    - ``adata.write_h5ad(path, as_dense=("X",))`` writes ``X`` as a dense array;
+    - ``adata.__sizeof__(with_disk=True)`` counts ``X`` as the bytes of its tiles on disk (as anndata counts
+      its backed datasets' arrays on disk), ``adata.__sizeof__()`` the Python object only;
+    - ``anndata.tests.helpers.assert_equal(X, other)`` compares its values (once anndata's test helpers are
+      imported).
 
-    One difference remains: ``AnnData.__sizeof__(with_disk=True)`` adds the size of the matrix on disk
-    only for anndata's own backed classes (it reads their private ``_to_backed()``), so for a
-    deltacells ``X`` it counts the Python object only, exactly as ``__sizeof__()`` without
-    ``with_disk`` does. ``X.to_memory()`` takes about ``X.nnz * (X.dtype.itemsize + 4)`` bytes
-    (values and int32 column indices), plus the row pointers.
+    It is not a subclass of :class:`anndata.abc.CSRDataset`, only registered as one: the ABC types its
+    ``backend`` as ``Literal["zarr", "hdf5"]`` (which file type holds the matrix), and a deltacells dataset is
+    neither: its :attr:`backend` is ``"deltacells"``. ``X.to_memory()`` takes about
+    ``X.nnz * (X.dtype.itemsize + 4)`` bytes (values and int32 column indices), plus the row pointers.
 
     Parameters
     ----------
@@ -74,8 +79,10 @@ class TiledCSRDataset(CSRDataset):
         dtype of the values returned: float32 (default), int32, int64 or float64.
     """
 
-    format = "csr"
-    backend = "deltacells"  # type: ignore[assignment, unused-ignore]  # anndata's own datasets' backends only
+    #: The sparse format of the matrix (as anndata's CSR datasets).
+    format: ClassVar[Literal["csr"]] = "csr"
+    #: What holds the matrix: a deltacells dataset (anndata's own CSR datasets say ``"zarr"`` or ``"hdf5"``).
+    backend: ClassVar[str] = "deltacells"
 
     def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
         self._dataset = dataset
@@ -100,12 +107,12 @@ class TiledCSRDataset(CSRDataset):
         return self._dataset
 
     @property
-    def shape(self) -> tuple[int, int]:  # type: ignore[override]
+    def shape(self) -> tuple[int, int]:
         """``(n_cells, n_genes)``."""
         return self._dataset.shape
 
     @property
-    def dtype(self) -> np.dtype:  # type: ignore[override]
+    def dtype(self) -> np.dtype:
         """The dtype of the values returned."""
         return self._dtype
 
@@ -121,6 +128,12 @@ class TiledCSRDataset(CSRDataset):
 
     def __len__(self) -> int:
         return self.shape[0]
+
+    def __sizeof__(self) -> int:
+        """The object's size; within ``AnnData.__sizeof__(with_disk=True)``, the bytes of its tiles on disk."""
+        if _internals.sizeof_with_disk():
+            return int(np.asarray(self._dataset.tile_bytes, dtype=np.int64).sum())
+        return object.__sizeof__(self)
 
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         """Refuse to become a numpy array (and keep numpy from iterating the rows into an object array)."""
@@ -327,3 +340,8 @@ def _flatten(part: Any) -> Any:
 def _column_index(cols: Any, n_genes: int) -> np.ndarray | slice:
     """A column index scipy understands, checked like a row index (an int keeps its axis)."""
     return normalize_rows(cols, n_genes, what="column")
+
+
+# Registered, not derived: anndata accepts it as X wherever it accepts its own CSR datasets, while its own
+# attributes keep their types (the ABC's backend is Literal["zarr", "hdf5"]; see the class docstring).
+CSRDataset.register(TiledCSRDataset)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import sparse
 
+from deltacells import _internals
 from deltacells._sparse import issparse
 from deltacells.core import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
@@ -87,9 +88,9 @@ def view_parts(adata: ad.AnnData) -> tuple[ad.AnnData, np.ndarray | slice, np.nd
         # anndata >= 0.13 wraps index arrays in an IndexManager that converts with np.asarray.
         return index if isinstance(index, slice) else np.asarray(index)
 
-    ref = adata._adata_ref
+    ref, rows, cols = _internals.anndata_view_parts(adata)  # anndata has no public accessor for them
     assert ref is not None  # a view's actual AnnData
-    return ref, as_index(adata._oidx), as_index(adata._vidx)
+    return ref, as_index(rows), as_index(cols)
 
 
 def _length(index: np.ndarray | slice) -> int:

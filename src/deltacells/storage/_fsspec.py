@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from deltacells import _internals
 from deltacells._checks import check_integer
 from deltacells.errors import OutputExistsError
 from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, DEFAULT_LOCAL_IO_CONCURRENCY, BaseStore
@@ -75,7 +76,7 @@ def _filesystem(url: str, protocol: str, options: dict[str, Any]) -> tuple[fsspe
     with _OWN_FILESYSTEMS_LOCK:
         fs = _OWN_FILESYSTEMS.get(key)
     if fs is not None:
-        return fs, fs._strip_protocol(url)
+        return fs, fsspec.core.strip_protocol(url)
     fs, root = fsspec.core.url_to_fs(url, **options)
     if protocol in ("s3", "s3a") and getattr(fs, "retries", 1) > 1:
         fs.retries = 1  # s3fs's own loop over its retryable errors: deltacells' RetryPolicy does it
@@ -201,7 +202,7 @@ class FsspecStore(BaseStore):
 
         Requests then run as coroutines on fsspec's event loop instead of threads.
         """
-        return bool(getattr(self.fs, "async_impl", False)) and hasattr(self.fs, "_cat_file")
+        return _internals.fsspec_is_async(self.fs)
 
     @property
     def root(self) -> str:
@@ -269,22 +270,22 @@ class FsspecStore(BaseStore):
 
     async def _read_async(self, path: str, start: int | None, end: int | None) -> bytes:
         fs, full = self.fs, self._full(path)
-        if start is None and end is None and hasattr(fs, "_cat_file_concurrent"):
-            whole: bytes = await fs._cat_file(full, max_concurrency=1)  # s3fs: one GET, no HEAD for the size first
-            return whole
+        if start is None and end is None and _internals.s3fs_reads_in_one_request(fs):
+            return await _internals.fsspec_cat_file(fs, full, max_concurrency=1)  # one GET, no HEAD for the size
         if not _plain(start, end):
-            first, stop, _ = slice(start, end).indices(int(await fs._size(full)))
+            first, stop, _ = slice(start, end).indices(await _internals.fsspec_size(fs, full))
             if stop <= first:
                 return b""
             start, end = first, stop
         if start is not None and end is not None and start >= end:
             return b""
         try:
-            data: bytes = await fs._cat_file(full, start=start, end=end)
+            data = await _internals.fsspec_cat_file(fs, full, start=start, end=end)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            size = int(await fs._size(full))  # a range that starts at or past the end (S3: 416 InvalidRange)
+            # a range that starts at or past the end (S3: 416 InvalidRange)
+            size = await _internals.fsspec_size(fs, full)
             return _empty_range_or_raise(exc, start, end, size)
         return data
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xarray as xr
 from xarray.backends import BackendArray
-from xarray.core.extension_array import PandasExtensionArray
-from xarray.core.indexing import IndexingSupport, LazilyIndexedArray, explicit_indexing_adapter
+
+from deltacells import _internals
 
 if TYPE_CHECKING:
     from deltacells.io._lazy_obs._source import LazyObsStore
@@ -44,7 +44,9 @@ SOURCE_KEY = "deltacells_obs_column"
 
 def cached_column_variable(obs_store: LazyObsStore, name: str, dim: str = OBS_DIM) -> xr.Variable:
     """Column ``name`` of ``obs_store`` as a lazily indexed xarray variable along ``dim``."""
-    return xr.Variable((dim,), LazilyIndexedArray(CachedObsColumn(obs_store, name)), encoding={SOURCE_KEY: name})
+    return xr.Variable(
+        (dim,), _internals.lazily_indexed_array(CachedObsColumn(obs_store, name)), encoding={SOURCE_KEY: name}
+    )
 
 
 class CellNumberIndex(xr.indexes.PandasIndex):
@@ -75,7 +77,7 @@ class CellNumberIndex(xr.indexes.PandasIndex):
             else:
                 return super().isel(indexers)
             numbers = index.start + index.step * positions
-            return self._replace(pd.Index(numbers, dtype=np.int64, name=index.name))  # type: ignore[no-untyped-call]  # unannotated in xarray
+            return _internals.pandas_index_replace(self, pd.Index(numbers, dtype=np.int64, name=index.name))
         return super().isel(indexers)
 
 
@@ -125,7 +127,7 @@ class CachedObsColumn(BackendArray):
         return f"CachedObsColumn({self.name!r}, {self.shape[0]} cells, {self.dtype})"
 
     def __getitem__(self, key: Any) -> Any:
-        return explicit_indexing_adapter(key, self.shape, IndexingSupport.OUTER, self._getitem)
+        return _internals.outer_indexing_adapter(key, self.shape, self._getitem)
 
     def _getitem(self, key: tuple[Any, ...]) -> Any:
         (selection,) = key
@@ -162,7 +164,7 @@ class NumberNames(BackendArray):
         self.dtype = np.dtype(object)
 
     def __getitem__(self, key: Any) -> Any:
-        return explicit_indexing_adapter(key, self.shape, IndexingSupport.OUTER, self._getitem)
+        return _internals.outer_indexing_adapter(key, self.shape, self._getitem)
 
     def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
         numbers = np.arange(self.shape[0], dtype=np.int64)[key[0]]
@@ -183,7 +185,7 @@ def _wrap(values: Any) -> Any:
         return values.to_numpy(dtype=object, na_value=None)
     if isinstance(values, pd.Categorical) and ad.settings.remove_unused_categories:
         values = without_unused_categories(values)
-    return PandasExtensionArray(values)
+    return _internals.pandas_extension_array(values)
 
 
 def without_unused_categories(values: pd.Categorical) -> pd.Categorical:

@@ -27,9 +27,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from anndata.experimental.backed import Dataset2D
-from xarray.core.extension_array import PandasExtensionArray
-from xarray.core.indexing import LazilyIndexedArray
 
+from deltacells import _internals
 from deltacells._checks import is_integer
 from deltacells.errors import InvalidValueError
 from deltacells.format import INDEX_COLUMN
@@ -82,7 +81,7 @@ def lazy_obs_frame(obs_store: LazyObsStore | None, n_cells: int, columns: Sequen
         assert obs_store is not None
         frame.ds[INDEX_COLUMN] = cached_column_variable(obs_store, INDEX_COLUMN, frame.index_dim)
     else:  # the names anndata gives cells by default, made for the cells brought into memory
-        frame.ds[INDEX_COLUMN] = xr.Variable((OBS_DIM,), LazilyIndexedArray(NumberNames(n_cells)))
+        frame.ds[INDEX_COLUMN] = xr.Variable((OBS_DIM,), _internals.lazily_indexed_array(NumberNames(n_cells)))
     frame.true_index_dim = INDEX_COLUMN
     return frame
 
@@ -205,6 +204,7 @@ class LazyObs(Dataset2D):
         """The column names (as :meth:`pandas.DataFrame.keys`)."""
         return self.columns
 
+    @_internals.overrides("anndata.experimental.backed.Dataset2D._items")
     def _items(self) -> Iterator[tuple[Hashable, xr.DataArray]]:
         """Every variable (the names too) as an xarray ``DataArray``, as anndata's own code reads them."""
         for name in self.ds.data_vars:
@@ -291,9 +291,13 @@ class LazyObs(Dataset2D):
             self.ds[key].variable.encoding[STRING_DTYPE_KEY] = dtype
 
     def __getattr__(self, name: str) -> Any:
-        ds = self.__dict__.get("_ds")
-        if not name.startswith("_") and ds is not None and name in ds.data_vars:
-            return self[name]
+        if not name.startswith("_"):
+            try:  # not self.ds: while a frame is being made or unpickled, its ds is missing (and would recurse)
+                ds = object.__getattribute__(self, "ds")
+            except AttributeError:
+                ds = None
+            if ds is not None and name in ds.data_vars:
+                return self[name]
         if name.startswith("_") or not hasattr(pd.DataFrame, name):
             msg = f"{type(self).__name__!r} object has no attribute {name!r}"
             raise AttributeError(msg)
@@ -474,7 +478,7 @@ def _is_bool_array(key: Any) -> bool:
 
 def _unwrapped(values: Any) -> Any:
     """An xarray variable's values as numpy or a pandas array (xarray wraps pandas arrays)."""
-    if isinstance(values, PandasExtensionArray):
+    if _internals.is_pandas_extension_array(values):
         return values.array
     return np.asarray(values) if not isinstance(values, np.ndarray | pd.api.extensions.ExtensionArray) else values
 
