@@ -81,7 +81,7 @@ class TiledCSRDataset:
 
     #: The sparse format of the matrix (as anndata's CSR datasets).
     format: ClassVar[Literal["csr"]] = "csr"
-    #: What holds the matrix: a deltacells dataset (anndata's own CSR datasets say ``"zarr"`` or ``"hdf5"``).
+    #: What holds the matrix, a deltacells dataset (anndata's own CSR datasets say ``"zarr"`` or ``"hdf5"``).
     backend: ClassVar[str] = "deltacells"
 
     def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
