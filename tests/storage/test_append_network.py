@@ -81,21 +81,11 @@ def test_the_loser_of_a_commit_race_retries_or_gives_up(s3_bucket: S3Bucket, mon
     _assert_holds(url, options, [0, 500, 700, 901], [BASE, 10, 10, 10])  # lost once, then committed
 
 
-RARE_S3_RACE = pytest.mark.xfail(
-    strict=False,
-    reason="open: about 1 run in 20 under load, 4 appenders on the S3 test server leave a completed tile of the wrong "
-    "size (an older or a rival version); the late-mover race is fixed and tested deterministically above, this one "
-    "is not found yet",
-)
-
-
 @pytest.mark.parametrize("writers", [2, 4])
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_concurrent_appenders(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, writers: int
 ) -> None:
-    if where == "s3" and writers == 4:
-        request.applymarker(RARE_S3_RACE)
     if where == "s3":
         bucket: S3Bucket = request.getfixturevalue("s3_bucket")
         url, options = f"{bucket.url}/ds", bucket.storage_options
@@ -196,6 +186,73 @@ def test_a_late_mover_never_puts_back_an_older_version(
     thread.join(60)
     assert not errors, errors
     _assert_holds(url, options, [0, 1000, 2001], [BASE, PER_WRITER, 7], obsm=True)
+    assert validate_dataset(url, storage_options=options).ok
+
+
+class LateHead(LateMover):
+    """A :class:`LateMover` that waits before it even asks for the version tag of ``late`` (a HEAD sent late)."""
+
+    def version_tag(self, path: str) -> str | None:
+        self._stall(path)
+        return super().version_tag(path)
+
+
+def test_an_append_never_commits_on_top_of_a_pending_commit(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An appender finishes every pending commit it reads, also one committed while it finished another.
+
+    The appender finishes commit 1 (its writer was killed), and meanwhile another writer commits 2 and is slow to
+    move it: its mover has not yet asked for the ETag of commit 2's last tile. Had the appender committed 3 on
+    top of the pending commit 2 (rewriting that tile, completed), the slow mover would find the staged tile
+    still there and the place's ETag that of commit 3's tile, and put commit 2's partial tile (and obs shard)
+    back over commit 3's (the race of 4 appenders on S3).
+    """
+    url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
+    parts = [batch(0, BASE), batch(1000, PER_WRITER), batch(2001, 7), batch(3000, 10)]
+    deltacells.write_deltacells(parts[0], url, tile_size=TILE, progress=False, storage_options=options)
+    with monkeypatch.context() as killed:  # commit 1's writer commits, then stops before moving anything
+        killed.setattr(append_module, "roll_forward", lambda *args: None)
+        deltacells.write_deltacells(parts[1], url, append=True, progress=False, storage_options=options)
+    finish = append_module.roll_forward
+    slow: list[tuple[LateMover, threading.Thread]] = []
+    errors: list[BaseException] = []
+
+    def finish_while_another_commits(store: Any, manifest: Any, version: str, commit: Any) -> None:
+        finish(store, manifest, version, commit)
+        if slow:
+            return
+        with monkeypatch.context() as inner:  # another writer commits 2 on top of the finished commit 1...
+            inner.setattr(append_module, "roll_forward", lambda *args: None)
+            deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
+        manifest, version, commit = read_for_commit(FsspecStore(url, options))
+        assert commit.pending
+        mover = LateHead(url, options, tile_path(manifest.n_tiles - 1))  # ... and its mover is slow
+
+        def move() -> None:
+            try:
+                roll_forward(mover, manifest, version, commit)
+            except BaseException as exc:  # reported to the test
+                errors.append(exc)
+                mover.reached.set()
+
+        thread = threading.Thread(target=move)
+        thread.start()
+        slow.append((mover, thread))
+        assert mover.reached.wait(60)
+
+    monkeypatch.setattr(append_module, "roll_forward", finish_while_another_commits)
+    deltacells.write_deltacells(parts[3], url, append=True, progress=False, storage_options=options)
+    monkeypatch.setattr(append_module, "roll_forward", finish)
+    [(mover, thread)] = slow
+    mover.go.set()
+    thread.join(60)
+    assert not errors, errors
+    store = FsspecStore(url, options)
+    manifest, _, _ = read_for_commit(store)
+    sizes = [len(store.read(tile_path(i))) for i in range(manifest.n_tiles)]
+    assert sizes == manifest.tile_bytes.tolist()  # commit 2's last tile is not back over commit 3's
+    _assert_holds(url, options, [0, 1000, 2001, 3000], [BASE, PER_WRITER, 7, 10])
     assert validate_dataset(url, storage_options=options).ok
 
 

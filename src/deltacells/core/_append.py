@@ -133,7 +133,9 @@ def _append_once(
     store: BaseStore, request: AppendRequest, *, threads: int | None, progress: Callable[[int], None] | None
 ) -> Manifest:
     base, version, commit = read_for_commit(store)
-    if commit.pending:  # a writer was killed after its commit (or is still moving): finish it first
+    while commit.pending:  # a writer was killed after its commit (or is still moving): finish it first
+        # and finish any commit made meanwhile too: a commit never lands on a pending one, whose mover, if late,
+        # would find its staged objects still there and put them back over this commit's (see _commit._settle)
         roll_forward(store, base, version, commit)
         base, version, commit = read_for_commit(store)
     if store.is_local:  # under the lock: every staging prefix there is a killed writer's

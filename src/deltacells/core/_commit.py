@@ -5,7 +5,8 @@ The protocol (docs/format.md, decision 17; the architecture page draws it):
 1. A writer takes the dataset's lock (:func:`writer_lock`: a lock file on a local disk; nothing on object
    stores, whose conditional writes decide instead) and reads ``manifest.json`` with its version tag
    (S3's ETag). If that manifest is *pending* (see ``deltacells.format._commit``), it first finishes that
-   commit (:func:`roll_forward`).
+   commit (:func:`roll_forward`) and reads it again, until it is not pending: a commit never lands on a
+   pending one (which :func:`_settle` relies on).
 2. It writes every object that changes or is new (the last tile, completed, and the new tiles, the last obs
    shard and the new ones, ``obs/schema.json``, the new part of ``anndata.zarr``) under a fresh staging
    prefix ``.deltacells-append-<id>/`` and makes them durable (fsync on a local disk). Nothing the current
@@ -170,7 +171,8 @@ def _settle(store: BaseStore, staged: str, path: str) -> None:
     the commit was finished by another writer and a later commit has put its own object at ``path``. So the
     place's version tag is read *before* the staged object: if that object still exists then, the commit is
     not finished (its pending entry goes only after every staged object is gone), so no later commit has
-    written ``path`` yet, and the write, made only if ``path`` is still at that tag (S3's ``If-Match`` or
+    written ``path`` yet (a writer finishes every pending commit it reads before it commits: no commit lands
+    on a pending one), and the write, made only if ``path`` is still at that tag (S3's ``If-Match`` or
     ``If-None-Match``), lands before any later commit's or not at all. A write refused means another mover
     put the same bytes there first.
     """
