@@ -336,6 +336,7 @@ def test_threads_use_the_shared_pool(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(deltacells.codec._partial, "shared_pool", Pool)
     monkeypatch.setattr(deltacells.codec._partial, "_PARALLEL_MIN_NNZ", 100)  # a small tile takes the parallel path
+    monkeypatch.setattr(deltacells.codec._decode, "WORK_UNIT_NNZ", 1)  # a task per chunk
     indptr, indices, data = random_tile(10, 200, 1000, big_counts=0.01)
     blob = deltacells.encode_tile(indptr, indices, data, 1000, n_chunks=8, level=1)
     full = decode_tile(blob, threads=1)
@@ -347,6 +348,10 @@ def test_threads_use_the_shared_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     for threads in (2, None):
         assert_partial(decode_chunks(prefix, pieces, chunks, threads=threads), full, prefix, chunks)
     assert len(submitted) == 2 * len(chunks)
+    submitted.clear()
+    monkeypatch.setattr(deltacells.codec._decode, "WORK_UNIT_NNZ", 10**9)  # the chunks are one task: no pool
+    assert_partial(decode_chunks(prefix, pieces, chunks, threads=2), full, prefix, chunks)
+    assert submitted == []
 
 
 def test_decoded_tile_keeps_complete() -> None:

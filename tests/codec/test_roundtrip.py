@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import deltacells
 import deltacells.codec._decode
 import deltacells.codec._encode
-from deltacells.codec import chunk_boundaries
+from deltacells.codec import chunk_boundaries, work_units
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -394,3 +394,36 @@ def test_large_tile_parallel_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     for threads in (2, 4, None):
         assert_decodes_to(blob, m, threads=threads)
     assert submitted["decode"] > 0, "the parallel decoder was not exercised"
+
+
+def test_work_units_group_small_chunks() -> None:
+    """Consecutive chunks share a task until their nonzeros reach the bound; a large chunk is a task alone."""
+    counts = [40, 40, 40, 150, 10, 0, 99, 1]
+    table = np.zeros((len(counts), 12), dtype=np.uint64)
+    table[:, deltacells.codec.NNZ_HI] = np.cumsum(counts)
+    table[1:, deltacells.codec.NNZ_LO] = table[:-1, deltacells.codec.NNZ_HI]
+    assert work_units(table, np.arange(8), min_nnz=100) == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    assert work_units(table, np.array([0, 3, 4, 7]), min_nnz=100) == [[0, 3], [4, 7]]
+    assert work_units(table, np.arange(8), min_nnz=1) == [[0], [1], [2], [3], [4], [5, 6], [7]]  # 5 is empty
+    assert work_units(table, np.arange(8), min_nnz=10**6) == [list(range(8))]
+    assert work_units(table, np.arange(0)) == []
+
+
+def test_many_small_chunks_decode_in_few_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finely chunked tile decodes in tasks of about WORK_UNIT_NNZ nonzeros each, to the same arrays."""
+    tasks: list[object] = []
+    real = deltacells.codec._decode.shared_pool
+
+    class Pool:
+        def submit(self, *args: object) -> object:
+            tasks.append(args[1])  # the chunks of the task
+            return real().submit(*args)
+
+    monkeypatch.setattr(deltacells.codec._decode, "shared_pool", Pool)
+    m = random_csr(np.random.default_rng(5), 3000, 2000, 0.05)
+    blob = encode(m, n_chunks=64, threads=1)
+    assert_decodes_to(blob, m, threads=2)
+    nnz = len(m.indices)
+    assert nnz > 2 * deltacells.codec.WORK_UNIT_NNZ
+    assert 2 <= len(tasks) <= -(-nnz // deltacells.codec.WORK_UNIT_NNZ)  # not 64 tasks
+    assert sorted(c for task in tasks for c in task) == list(range(64))  # every chunk once

@@ -50,6 +50,11 @@ FLOAT32_EXACT = 2**24
 #: Below this many nonzeros a tile's chunks decode on the calling thread (threads cost more than they save).
 _PARALLEL_MIN_NNZ = 200_000
 
+#: The decoding threads take consecutive chunks together, at least this many nonzeros a task (see
+#: :func:`work_units`): a tile cut in many small chunks, for fine ranged reads, then decodes in as few tasks
+#: as one of a few large chunks (a task of the shared pool costs tens of microseconds of the GIL).
+WORK_UNIT_NNZ = 100_000
+
 _KERNEL_ERRORS = {
     _codes.GENE_OUT_OF_RANGE: "a decoded gene index reaches n_genes",
     _codes.GENES_NOT_INCREASING: "a gap of 0 after a cell's first nonzero (gene indices must increase)",
@@ -332,14 +337,31 @@ class CheckedTile:
             If a frame breaks a rule of the format (the message names the tile, chunk and stream).
         """
         self._check_outputs(out_indices, out_data)
-        chunks = range(self.header.n_chunks)
         n_threads = default_threads() if threads is None else threads
-        if n_threads > 1 and len(chunks) > 1 and self.header.nnz >= _PARALLEL_MIN_NNZ:
-            futures = [shared_pool().submit(self.decode_chunk, c, out_indices, out_data, columns) for c in chunks]
-            large = [future.result() for future in futures]  # every chunk, not up to the first large one
-        else:
-            large = [self.decode_chunk(c, out_indices, out_data, columns) for c in chunks]
-        return any(large)
+        if n_threads > 1 and self.header.n_chunks > 1 and self.header.nnz >= _PARALLEL_MIN_NNZ:
+            units = work_units(self.table, np.arange(self.header.n_chunks))
+            if len(units) > 1:
+                pool = shared_pool()
+                futures = [pool.submit(self.decode_chunks, unit, out_indices, out_data, columns) for unit in units]
+                results = [future.result() for future in futures]  # every unit, not up to the first large one
+                return any(results)
+        return self.decode_chunks(range(self.header.n_chunks), out_indices, out_data, columns)
+
+    def decode_chunks(
+        self,
+        chunks: Iterable[int],
+        out_indices: np.ndarray,
+        out_data: np.ndarray,
+        columns: np.ndarray | None = None,
+    ) -> bool:
+        """Decode ``chunks`` one after the other into their parts of the tile's output arrays (a unit of work).
+
+        See :meth:`decode_into`; returns whether a count exceeds 2^24.
+        """
+        large = False
+        for chunk in chunks:
+            large |= self.decode_chunk(chunk, out_indices, out_data, columns)
+        return large
 
     def decode_chunk(
         self, chunk: int, out_indices: np.ndarray, out_data: np.ndarray, columns: np.ndarray | None = None
@@ -450,6 +472,41 @@ def check_table(table: np.ndarray, indptr: np.ndarray, header: TileHeader, name:
         raise FormatError(msg)
 
 
+def work_units(table: np.ndarray, chunks: np.ndarray, min_nnz: int | None = None) -> list[list[int]]:
+    """``chunks`` (sorted chunk numbers) cut into runs of at least ``min_nnz`` nonzeros: the decoding threads' tasks.
+
+    Consecutive chunks go together until their nonzeros reach ``min_nnz`` (the last run may hold fewer): a
+    chunk of ``min_nnz`` (default :data:`WORK_UNIT_NNZ`) or more is a task of its own, smaller ones share one.
+    Chunks are a unit of the
+    format (of ranged reads), tasks one of scheduling; this keeps the threads' overhead a share of the
+    nonzeros, not of the chunks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> table = np.zeros((5, 12), dtype=np.uint64)
+    >>> table[:, NNZ_HI] = np.cumsum([40, 40, 40, 150, 10])
+    >>> table[1:, NNZ_LO] = table[:-1, NNZ_HI]
+    >>> work_units(table, np.arange(5), min_nnz=100)
+    [[0, 1, 2], [3], [4]]
+    """
+    chunks = np.asarray(chunks, dtype=np.intp)
+    if chunks.shape[0] == 0:
+        return []
+    if min_nnz is None:
+        min_nnz = WORK_UNIT_NNZ
+    counts = (table[chunks, NNZ_HI] - table[chunks, NNZ_LO]).astype(np.int64)
+    units: list[list[int]] = [[]]
+    total = 0
+    for chunk, count in zip(chunks.tolist(), counts.tolist(), strict=True):  # per chunk, never per cell
+        if total >= min_nnz:
+            units.append([])
+            total = 0
+        units[-1].append(chunk)
+        total += count
+    return units
+
+
 def chunk_bounds(table: np.ndarray, n_cells: int) -> np.ndarray:
     """``int64[n_chunks + 1]``: the chunks' first cells (``cell_lo``), then ``n_cells``."""
     bounds = np.empty(table.shape[0] + 1, dtype=np.int64)
@@ -515,29 +572,31 @@ def _decode_chunk(
     ``columns`` maps stored genes to output columns (see ``CheckedTile.decode_into``); each row's columns are
     then sorted (with their values), as scipy's canonical CSR has them, unless ``sort`` is false.
     """
-    cell_lo, cell_hi, nnz_lo, nnz_hi = int(row[CELL_LO]), int(row[CELL_HI]), int(row[NNZ_LO]), int(row[NNZ_HI])
-    n = nnz_hi - nnz_lo
+    entry = row.tolist()  # Python ints: a chunk's dozen fields read once, not as numpy scalars
+    cell_lo, cell_hi, nnz_lo = entry[CELL_LO], entry[CELL_HI], entry[NNZ_LO]
+    n = entry[NNZ_HI] - nnz_lo
     assert out_indices.shape[0] == n and out_data.shape[0] == n
     gaps_where, vals_where = f"{where} gaps", f"{where} vals"
     # The frames' declared sizes were checked (_check_frame_sizes) before the output was allocated. They are
     # decompressed into this thread's scratch buffers, which the kernel consumes before the next chunk.
-    gaps_frame = _stream(source, row, GAPS_OFF, GAPS_LEN, gaps_where)
-    vals_frame = _stream(source, row, VALS_OFF, VALS_LEN, vals_where)
+    gaps_frame = source.read(entry[GAPS_OFF], entry[GAPS_LEN], gaps_where)
+    vals_frame = source.read(entry[VALS_OFF], entry[VALS_LEN], vals_where)
     gaps = np.frombuffer(decompress_scratch(gaps_frame, 2 * n, 0, where=gaps_where), np.uint8)
     vals = np.frombuffer(decompress_scratch(vals_frame, 2 * n, 1, where=vals_where), np.uint8)
     # Columns are mapped as the indices are written, unless gap exceptions must first be added to them.
-    mapped = columns if not row[GEXC_LEN] else None
+    mapped = columns if not entry[GEXC_LEN] else None
     code, pos = _engine.decode_chunk(
         gaps, vals, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices, out_data, mapped
     )
-    _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
+    if code != _codes.OK:
+        _raise_kernel_error(code, pos, f"{where} gaps/vals", "nonzero")
     large = False
-    if row[VEXC_LEN]:
+    if entry[VEXC_LEN]:
         positions, payloads = _exception_arrays(source, row, VEXC_OFF, VEXC_LEN, f"{where} vexc frame")
         code, pos = _engine.apply_value_exceptions(positions, payloads, out_data)
         _raise_kernel_error(code, pos, f"{where} vexc frame", "exception")
         large = bool(payloads.size and payloads.max() > FLOAT32_EXACT)
-    if row[GEXC_LEN]:
+    if entry[GEXC_LEN]:
         positions, payloads = _exception_arrays(source, row, GEXC_OFF, GEXC_LEN, f"{where} gexc frame")
         code, pos = _engine.apply_gap_exceptions(
             positions, payloads, indptr, cell_lo, cell_hi, nnz_lo, n_genes, out_indices

@@ -8,8 +8,9 @@ nonzero is written once. Nothing goes through the tile cache.
 
 The calling thread reads each tile (or takes its bytes, fetched ahead on remote storage) and checks it
 whole (size, header, CRC-32, chunk table, indptr, frame sizes, counts against the manifest); its chunks
-then decode on the shared pool, a bounded number ahead. Chunks, not tiles, are the unit of work, so two
-threads stay busy even on a dataset of two tiles of unequal size.
+then decode on the shared pool, a bounded number ahead. Runs of chunks (of about
+:data:`~deltacells.codec.WORK_UNIT_NNZ` nonzeros), not tiles, are the unit of work, so two threads stay busy
+even on a dataset of two tiles of unequal size, however finely the tiles are chunked.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._threads import shared_pool
+from deltacells.codec import work_units
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import (
     check_tile_bytes_against,
@@ -31,7 +33,7 @@ from deltacells.format import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from deltacells.codec import CheckedTile
     from deltacells.tiles._reader import TileReader
@@ -41,8 +43,9 @@ __all__ = ["DIRECT_DTYPES", "read_tiles_into"]
 #: Value dtypes the decoder writes directly (numba compiles a kernel for each).
 DIRECT_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
 
-#: Chunks queued on the pool per decoding thread (enough to keep them busy while the next tile is checked).
-CHUNKS_AHEAD_PER_THREAD = 4
+#: Units of work (runs of chunks, :func:`~deltacells.codec.work_units`) queued on the pool per decoding thread
+#: (enough to keep them busy while the next tile is checked).
+UNITS_AHEAD_PER_THREAD = 4
 
 
 def read_tiles_into(
@@ -105,14 +108,14 @@ def read_tiles_into(
             data = out_data[nnz_start : nnz_start + checked.nnz]
             n_chunks = checked.header.n_chunks
             futures: list[Future[bool]] = []
-            for chunk in range(n_chunks):
-                if pool is None:
-                    large |= _decode_chunk(reader, tile, checked, chunk, indices, data, columns)
-                    continue
-                futures.append(pool.submit(_decode_chunk, reader, tile, checked, chunk, indices, data, columns))
-                decodes.append(futures[-1])
-                while len(decodes) > CHUNKS_AHEAD_PER_THREAD * n_threads:
-                    large |= decodes.popleft().result()
+            if pool is None:
+                large |= _decode_chunks(reader, tile, checked, range(n_chunks), indices, data, columns)
+            else:
+                for unit in work_units(checked.table, np.arange(n_chunks)):
+                    futures.append(pool.submit(_decode_chunks, reader, tile, checked, unit, indices, data, columns))
+                    decodes.append(futures[-1])
+                    while len(decodes) > UNITS_AHEAD_PER_THREAD * n_threads:
+                        large |= decodes.popleft().result()
             if buffer is not None:
                 held.append((buffer, futures))
             while held and all(future.done() for future in held[0][1]):
@@ -192,18 +195,18 @@ def _checked(reader: TileReader, tile: int, blob: Any) -> CheckedTile:
     return checked
 
 
-def _decode_chunk(
+def _decode_chunks(
     reader: TileReader,
     tile: int,
     checked: CheckedTile,
-    chunk: int,
+    chunks: Iterable[int],
     indices: np.ndarray,
     data: np.ndarray,
     columns: np.ndarray | None,
 ) -> bool:
-    """Decode one chunk of a checked tile into its part of the output; a problem names the tile (and dataset)."""
+    """Decode chunks of a checked tile into their parts of the output; a problem names the tile (and dataset)."""
     try:
-        return checked.decode_chunk(chunk, indices, data, columns)
+        return checked.decode_chunks(chunks, indices, data, columns)
     except FormatError as exc:
         url = reader.store.url
         raise problem_from_error(tile_path(tile), exc, url=url).to_exception(url) from exc
