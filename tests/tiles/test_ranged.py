@@ -103,6 +103,15 @@ def test_dataset_reads_a_sparse_subset_right(root: Path, matrix: sparse.csr_matr
     assert ds._tiles.tiles_read_ranged == 3
 
 
+@pytest.mark.parametrize("cells", [slice(7, 8), slice(TILE - 2, TILE + 3), slice(5, 9, 1)])
+def test_a_short_range_of_cells_is_read_in_ranges(root: Path, matrix: sparse.csr_matrix, cells: slice) -> None:
+    """A single cell, or a few consecutive ones, of a remote dataset reads its tiles in ranges, not whole."""
+    ds = deltacells.open_dataset(RemoteLookingStore(root), tile_cache_bytes=0)
+    assert (ds.read_rows(cells) != matrix[cells]).nnz == 0
+    tiles = len(set(np.arange(cells.start, cells.stop) // TILE))
+    assert ds._tiles.tiles_read_ranged == tiles and ds._tiles.tiles_decoded == 0
+
+
 def test_decode_ranged_of_a_missing_tile_raises(root: Path, manifest: Manifest, tmp_path: Path) -> None:
     copy = tmp_path / "ds"
     shutil.copytree(root, copy)
