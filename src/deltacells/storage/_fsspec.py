@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import copy
 import errno
+import functools
 import os
 import threading
 import time
@@ -35,8 +36,11 @@ DEFAULT_TIMEOUTS = {"connect": 10.0, "read": 30.0}
 def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connections: int = 64) -> dict[str, Any]:
     """``options`` plus deltacells' default timeouts for ``protocol``, where the user set none.
 
-    s3 (s3fs, botocore): ``config_kwargs`` ``connect_timeout`` / ``read_timeout``, 64 pooled connections, and
-    botocore's and s3fs's own retries off (deltacells retries, once, for every filesystem alike).
+    s3 (s3fs, botocore): ``config_kwargs`` ``connect_timeout`` / ``read_timeout``, 64 pooled connections,
+    botocore's and s3fs's own retries off (deltacells retries, once, for every filesystem alike), and botocore's
+    checksum of each response off (``response_checksum_validation="when_required"``): a tile read whole is
+    checked against its own CRC-32, and botocore's pass over the same bytes cost a remote scan about 6% of its
+    CPU (measured, ``benchmarks/bench_object_storage.py``). Uploads keep botocore's checksums.
     http(s) (aiohttp): ``client_kwargs["timeout"]``.
     """
     merged = copy.copy(dict(options))
@@ -46,6 +50,8 @@ def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connecti
         config.setdefault("read_timeout", DEFAULT_TIMEOUTS["read"])
         config.setdefault("retries", {"total_max_attempts": 1})  # deltacells' RetryPolicy retries
         config.setdefault("max_pool_connections", connections)  # botocore's default of 10 would cap concurrency
+        if _botocore_has_option("response_checksum_validation"):  # botocore >= 1.36 checks responses by default
+            config.setdefault("response_checksum_validation", "when_required")
         merged["config_kwargs"] = config
         merged.setdefault("skip_instance_cache", True)  # an instance of its own, whose s3fs retries are set
     elif protocol in ("http", "https"):
@@ -58,6 +64,20 @@ def with_default_timeouts(protocol: str, options: Mapping[str, Any], *, connecti
             )
         merged["client_kwargs"] = client
     return merged
+
+
+@functools.cache
+def _botocore_has_option(name: str) -> bool:
+    """Whether the installed botocore's ``Config`` takes ``name`` (an option newer releases added)."""
+    try:
+        import botocore.config
+    except ImportError:
+        return False
+    try:
+        botocore.config.Config(**{name: "when_required"})
+    except TypeError:
+        return False
+    return True
 
 
 #: The filesystems deltacells made for itself (``skip_instance_cache``: s3fs with its retries set), by process and
