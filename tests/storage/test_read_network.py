@@ -107,6 +107,22 @@ def test_open_makes_one_get_of_the_manifest(s3_proxy: ProxiedS3Bucket, s3_datase
     assert s3_proxy.proxy.count("HEAD") == 0
 
 
+@pytest.mark.parametrize("asked", [None, "when_supported"])
+def test_botocore_checks_no_response_unless_asked(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, asked: str | None
+) -> None:
+    """Tiles read whole carry their own CRC-32: botocore's checksum of each response is off, unless the user asks."""
+    options = (
+        s3_proxy.storage_options
+        if asked is None
+        else _with_config(s3_proxy.storage_options, response_checksum_validation=asked)
+    )
+    ds = open_dataset(s3_dataset, storage_options=options, tile_cache_bytes=0)
+    assert sum(tile.n_cells for _, tile in ds.iter_tiles()) == ds.n_cells
+    client = ds.store.fs.s3  # s3fs's botocore client, made by the reads above
+    assert client.meta.config.response_checksum_validation == (asked or "when_required")
+
+
 def test_full_scan_makes_one_get_per_tile(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
     proxy = s3_proxy.proxy
     ds = open_dataset(s3_dataset, storage_options=s3_proxy.storage_options, tile_cache_bytes=0)
