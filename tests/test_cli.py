@@ -19,7 +19,7 @@ from scipy import sparse
 import deltacells as dc
 from deltacells.cli import INFO_JSON_VERSION, detect_format, main
 from deltacells.datasets import synthetic_counts
-from deltacells.tiles import DEFAULT_LEVEL
+from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 VISIUM = SHARED / "data" / "visium-cytassist"
@@ -579,7 +579,7 @@ def test_info_text(h5ad, tmp_path):
     for fragment in (
         "cells       500",
         "genes       120",
-        f"3 tiles of up to 200 cells, 8 chunks each, zstd level {DEFAULT_LEVEL}",
+        f"3 tiles of up to 200 cells, {DEFAULT_N_CHUNKS} chunks each, zstd level {DEFAULT_LEVEL}",
         "bytes per nonzero",
         "genes sorted by decreasing total counts",
         "var.parquet, 120 rows: gene_ids (",  # string or large_string, by pandas version
@@ -804,3 +804,14 @@ def test_an_unreadable_input_is_one_line(tmp_path):
     bad = tmp_path / "bad.h5ad"
     bad.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
     assert_one_line_error(run("convert", "-q", "--format", "h5ad", bad, tmp_path / "out"), "bad.h5ad", "h5ad")
+
+
+def test_convert_defaults_are_the_writers() -> None:
+    """``deltacells convert`` writes with write_deltacells' own defaults (tile size, chunks a tile)."""
+    from deltacells.cli._convert import convert
+    from deltacells.codec import DEFAULT_N_CHUNKS
+    from deltacells.tiles import DEFAULT_TILE_SIZE
+
+    defaults = {param.name: param.default for param in convert.params}
+    assert defaults["tile_size"] == DEFAULT_TILE_SIZE
+    assert defaults["n_chunks"] == DEFAULT_N_CHUNKS

@@ -17,7 +17,7 @@ import deltacells
 from deltacells import FormatError
 from deltacells.core import DatasetWriter, open_dataset
 from deltacells.storage import FsspecStore
-from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_TILE_SIZE, to_count_csr
+from deltacells.tiles import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, DEFAULT_TILE_SIZE, to_count_csr
 
 N_CELLS, N_GENES, TILE = 53, 11, 8
 
@@ -595,7 +595,7 @@ def test_default_options(tmp_path, counts, assert_csr_equals):
         writer.write(counts)
     m = open_dataset(path).manifest
     assert m.zstd_level == DEFAULT_LEVEL
-    assert m.n_chunks == 8
+    assert m.n_chunks == DEFAULT_N_CHUNKS == 24
     assert m.tile_size == DEFAULT_TILE_SIZE == 2048
     assert m.tile_cells.tolist() == [N_CELLS]
     assert m.metadata == {}

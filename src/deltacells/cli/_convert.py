@@ -15,6 +15,7 @@ from deltacells.cli._errors import CLIError, error_message, is_user_error
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
 from deltacells.cli._options import io_concurrency_option, level_option, parse_storage_options, storage_option
+from deltacells.codec import DEFAULT_N_CHUNKS
 from deltacells.format import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -34,7 +35,11 @@ if TYPE_CHECKING:
 )
 @click.option("--tile-size", type=click.IntRange(min=1), default=2048, show_default=True, help="Cells per tile.")
 @click.option(
-    "--n-chunks", type=click.IntRange(min=1), default=8, show_default=True, help="Chunks per tile (parallel decoding)."
+    "--n-chunks",
+    type=click.IntRange(min=1),
+    default=DEFAULT_N_CHUNKS,
+    show_default=True,
+    help="Chunks per tile: the unit of ranged reads from object storage and of parallel decoding.",
 )
 @level_option()
 @click.option("--layer", default=None, help="Write this layer instead of X.")

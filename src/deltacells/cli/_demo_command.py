@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from deltacells import _kernel_loading
 from deltacells.cli._errors import CLIError
 from deltacells.cli._options import level_option
 
@@ -33,10 +34,9 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
     data read back is checked to be identical to what was generated. The report is printed at the end;
     a progress bar of the steps is shown meanwhile on stderr when it is a terminal.
     """
-    from deltacells._kernel_loading import kernels_to_compile
     from deltacells.demo import DemoMismatchError, format_report, run_demo
 
-    if kernels_to_compile():  # said before the wait, not after it
+    if _kernel_loading.kernels_to_compile():  # said before the wait, not after it
         click.echo(
             "note: the first run on this machine compiles deltacells' decoding kernels first (once: later runs, "
             "of the demo or of anything else, load them from numba's cache)",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from deltacells.codec import ARCHIVE_LEVEL, DEFAULT_LEVEL, resolve_level
 from deltacells.errors import DeltaCellsError
 
 if TYPE_CHECKING:
@@ -87,8 +88,6 @@ class ZstdLevel(IntParamType):
         click.BadParameter
             For an unknown name or a number outside ``1 .. 22``.
         """
-        from deltacells.codec import resolve_level
-
         try:
             return resolve_level(value if isinstance(value, int) else str(value))
         except DeltaCellsError as exc:
@@ -97,8 +96,6 @@ class ZstdLevel(IntParamType):
 
 def level_option() -> Callable[[FC], FC]:
     """``--level``: zstd level or preset (default ``default``), as the integer that ``write_deltacells`` takes."""
-    from deltacells.codec import ARCHIVE_LEVEL, DEFAULT_LEVEL
-
     return click.option(
         "--level",
         type=ZstdLevel(),

@@ -1,6 +1,13 @@
 """The tile codec: one tile's bytes to CSR arrays and back (docs/format.md, "A tile")."""
 
-from deltacells.codec._decode import CheckedTile, DecodedTile, check_tile_bytes, decode_tile
+from deltacells.codec._decode import (
+    WORK_UNIT_NNZ,
+    CheckedTile,
+    DecodedTile,
+    check_tile_bytes,
+    decode_tile,
+    work_units,
+)
 from deltacells.codec._encode import (
     ARCHIVE_LEVEL,
     DEFAULT_LEVEL,
@@ -22,6 +29,7 @@ from deltacells.codec._layout import (
     read_chunk_table,
 )
 from deltacells.codec._partial import (
+    DEFAULT_MAX_GAP,
     PrefixTooShortError,
     TilePrefix,
     checked_pieces,
@@ -40,6 +48,7 @@ __all__ = [
     "chunk_boundaries",
     "decode_tile",
     "encode_tile",
+    "DEFAULT_MAX_GAP",
     "PrefixTooShortError",
     "TilePrefix",
     "decode_chunks",
@@ -60,6 +69,9 @@ __all__ = [
     "checked_pieces",
     "merge_partial",
     "parse_tile",
+    # the decoding threads' units of work
+    "WORK_UNIT_NNZ",
+    "work_units",
     # the tile's header and chunk table (FORMAT.md), for reads that fetch them alone
     "CELL_HI",
     "CELL_LO",

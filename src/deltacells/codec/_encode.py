@@ -18,8 +18,11 @@ from deltacells.codec._layout import (
 )
 from deltacells.errors import RAW_COUNTS_HINT, ExceptionPolicyError, InvalidTypeError, InvalidValueError
 
-#: Defaults of the reference writer.
-DEFAULT_N_CHUNKS = 8
+#: Defaults of the reference writer. Chunks a tile: the fewest for which every draw of a random 0.1% of the cells
+#: read from a bucket moved at most 12% of the tile bytes, on the real Visium matrix and 100,000 of its cells
+#: resampled (``benchmarks/bench_object_storage.py``; docs/performance.md "Chunks per tile" has the frontier:
+#: more chunks cost size and local decoding).
+DEFAULT_N_CHUNKS = 24
 #: The writer's zstd level (``level="default"``), chosen with ``benchmarks/bench_levels.py``: about 25 M nonzeros/s
 #: per thread, so converting is faster than writing a gzip h5ad; tiles about 7% larger than the archive level's.
 DEFAULT_LEVEL = 6

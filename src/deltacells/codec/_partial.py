@@ -25,7 +25,7 @@ import operator
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from deltacells.codec._decode import (
     check_table,
     chunk_bounds,
     require_little_endian,
+    work_units,
 )
 from deltacells.codec._layout import (
     ALIGNMENT,
@@ -86,8 +87,11 @@ __all__ = [
     "prefix_size",
 ]
 
-#: Frames closer than this are fetched in one request (a request costs more than a few KiB of transfer).
-DEFAULT_MAX_GAP = 4096
+#: Frames of one tile closer than this are fetched in one ranged request (the bytes between come along). Measured
+#: (``benchmarks/bench_object_storage.py``, docs/performance.md "Chunks per tile"): random subsets read from an S3
+#: server with 30 ms a request, merging frames up to 0 .. 512 KiB apart; this is the widest gap for which every
+#: draw of a random 0.1% moved at most 12% of the tile bytes (wider gaps save requests, and move more bytes).
+DEFAULT_MAX_GAP = 32 * 1024
 
 _FRAME_COLUMNS = ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN), (VEXC_OFF, VEXC_LEN), (GEXC_OFF, GEXC_LEN))
 
@@ -188,9 +192,7 @@ class TilePrefix:
         cell_hi = self.table[:, CELL_HI].astype(np.int64)
         return np.unique(np.searchsorted(cell_hi, cells, side="right")).astype(np.intp)
 
-    def frame_ranges(
-        self, chunks: np.ndarray | Sequence[int], *, max_gap: int = DEFAULT_MAX_GAP
-    ) -> list[tuple[int, int]]:
+    def frame_ranges(self, chunks: np.ndarray | Sequence[int], *, max_gap: int | None = None) -> list[tuple[int, int]]:
         """Return the byte ranges to fetch for the frames of ``chunks``.
 
         Parameters
@@ -198,8 +200,8 @@ class TilePrefix:
         chunks
             Chunk numbers (any order, repeats allowed).
         max_gap
-            Frames separated by fewer than this many bytes are fetched in one range
-            (the bytes in between come along). Adjacent frames always are, and so
+            Frames separated by fewer than this many bytes (default :data:`DEFAULT_MAX_GAP`, read when
+            called) are fetched in one range (the bytes in between come along). Adjacent frames always are, and so
             are frames separated only by alignment padding (fewer than 8 bytes), so
             a run of consecutive chunks of a tile of our writer is one range.
 
@@ -221,7 +223,7 @@ class TilePrefix:
             for off, length in zip(rows[:, off_col], rows[:, len_col], strict=True)
             if length
         )
-        join_below = max(operator.index(max_gap), ALIGNMENT)
+        join_below = max(operator.index(DEFAULT_MAX_GAP if max_gap is None else max_gap), ALIGNMENT)
         merged: list[tuple[int, int]] = []
         for start, end in spans:
             if merged and start - merged[-1][1] < join_below:
@@ -593,10 +595,13 @@ def decode_chunks(
         for k, c in enumerate(chunks.tolist())
     ]
     n_threads = default_threads() if threads is None else threads
-    if n_threads > 1 and len(work) > 1 and nnz >= _PARALLEL_MIN_NNZ:
-        large = [future.result() for future in [shared_pool().submit(_decode_chunk, *args) for args in work]]
+    units = work_units(table, chunks) if n_threads > 1 and nnz >= _PARALLEL_MIN_NNZ else []
+    if len(units) > 1:
+        position = {c: k for k, c in enumerate(chunks.tolist())}
+        tasks = [[work[position[c]] for c in unit] for unit in units]
+        large = [future.result() for future in [shared_pool().submit(_decode_all, task) for task in tasks]]
     else:
-        large = [_decode_chunk(*args) for args in work]
+        large = [_decode_all(work)]
     return DecodedTile(
         indptr=out_indptr,
         indices=indices,
@@ -607,6 +612,14 @@ def decode_chunks(
         chunk_bounds=prefix.chunk_bounds,
         chunk_mask=selected,
     )
+
+
+def _decode_all(work: Sequence[tuple[Any, ...]]) -> bool:
+    """Decode the chunks of ``work`` (the arguments of each) one after the other; whether a count exceeds 2^24."""
+    large = False
+    for args in work:
+        large |= _decode_chunk(*args)
+    return large
 
 
 def checked_pieces(
