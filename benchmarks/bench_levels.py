@@ -20,7 +20,7 @@ then those of the sample, and its size is extrapolated to all its nonzeros.
 
 Sizes only (exact; no timing), at the default level:
 
-* ``chunks``: the tiles of each matrix encoded with 1, 8 (the default) and 16 chunks, what chunks cost in size;
+* ``chunks``: the tiles of each matrix encoded with 1, 8, 16 and the default number of chunks, what chunks cost in size;
 * ``layouts`` (the Visium matrix): its nonzeros laid out step by step towards what the tiles' streams hold,
   each layout compressed as one stream per array (``FORMAT``'s "Why this layout"): CSR with int32 indices and
   counts, then zstd, delta-coded gaps and byte planes in the original gene order, genes reordered with
@@ -51,6 +51,8 @@ import zstandard
 from _record import now, write_json
 from _visium import VISIUM, resampled_rows
 from scipy import sparse
+
+from deltacells.codec import DEFAULT_N_CHUNKS
 
 TILE_SIZE = 2048
 STRATEGIES = dict(enumerate(("fast", "dfast", "greedy", "lazy", "lazy2", "btlazy2", "btopt", "btultra", "btultra2"), 1))
@@ -270,9 +272,14 @@ def run(matrices: list[Matrix], all_settings: list[Setting], repeat: int) -> lis
     return rows
 
 
-def chunk_sizes(matrices: list[Matrix], chunks: tuple[int, ...] = (1, 8, 16)) -> list[dict[str, object]]:
-    """The tiles of each matrix at the default level with each number of chunks: bytes, and against one chunk."""
+def chunk_sizes(matrices: list[Matrix], chunks: tuple[int, ...] | None = None) -> list[dict[str, object]]:
+    """The tiles of each matrix at the default level with each number of chunks: bytes, and against one chunk.
+
+    ``chunks`` defaults to 1, 8, 16 and the writer's default.
+    """
     from deltacells.codec._encode import DEFAULT_LEVEL, encode_tile
+
+    chunks = chunks or tuple(sorted({1, 8, 16, DEFAULT_N_CHUNKS}))
 
     out: list[dict[str, object]] = []
     for matrix in matrices:
@@ -442,6 +449,7 @@ def main(argv: list[str] | None = None) -> None:
             ],
             "rows": [asdict(r) for r in rows],
             "chunks": chunks,
+            "default_n_chunks": DEFAULT_N_CHUNKS,
             "layouts": {"matrix": matrices[0].name, **steps},
         }
         write_json(args.json, doc, started=started, quick=args.quick)
