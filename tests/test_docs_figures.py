@@ -263,3 +263,22 @@ def test_nox_bench_rewrites_every_json_of_docs_data() -> None:
     for script in re.findall(r'\("(bench_\w+)", "[\w-]+\.json"', noxfile):
         source = (ROOT / "benchmarks" / f"{script}.py").read_text(encoding="utf-8")
         assert "--json" in source and "--quick" in source, script
+
+
+def test_the_writer_defaults_are_the_measured_picks() -> None:
+    """The default chunks a tile and coalescing gap are what the committed object-storage run picked.
+
+    ``bench_object_storage.py`` picks both from its measurements (the fewest chunks for which a random 0.1% moves
+    at most 12% of the tile bytes on both matrices; the gap whose 0.1% subsets were fastest within that share);
+    a change of either default, or of the measurements, without the other fails here.
+    """
+    import json
+
+    from deltacells.codec import DEFAULT_MAX_GAP, DEFAULT_N_CHUNKS
+
+    run = json.loads((DOCS / "_data" / "object-storage.json").read_text(encoding="utf-8"))
+    if run.get("quick"):
+        pytest.skip("object-storage.json comes from a --quick run")
+    assert run["default_n_chunks"] == DEFAULT_N_CHUNKS == run["chunks_pick"]
+    assert run["coalescing"]["n_chunks"] == DEFAULT_N_CHUNKS
+    assert run["default_max_gap"] == DEFAULT_MAX_GAP == run["coalescing"]["pick"]

@@ -136,7 +136,9 @@ def _level_figures(levels: dict[str, Any]) -> dict[str, str]:
             over(lambda m: 1 - min(size(m, level) for level in (20, 21, 22)) / size(m, 19)), 1
         ),
         "best_knob_smaller_than_level6": _span_percent(over(lambda m: 1 - best_knob(m) / size(m, 6)), 1),
-        "eight_chunks_size_cost": f"{chunks[8]['tile_bytes'] / chunks[1]['tile_bytes'] - 1:.1%}",
+        "default_chunks_size_cost": (
+            f"{chunks[levels['default_n_chunks']]['tile_bytes'] / chunks[1]['tile_bytes'] - 1:.1%}"
+        ),
         # the Visium matrix's nonzeros laid out step by step (format page), bytes per nonzero
         "layout_csr_int32_zstd": f"{steps['csr int32, zstd']:.2f}",
         "layout_gaps_planes_original_order": f"{steps['gaps + planes, original order, zstd']:.2f}",
@@ -154,7 +156,11 @@ def _object_storage_figures(run: dict[str, Any]) -> dict[str, str]:
     """The object storage guide's figures: ``bench_object_storage.py``'s scans and subsets, local and S3."""
     places = list(run["results"])  # local disk, S3 server, S3 + latency
     local, s3, slow = (run["results"][place] for place in places)
-    smallest = min(run["results"][places[2]], key=lambda m: float(m.split("%")[0]) if "random" in m else 1e9)
+    smallest = (  # the subset the chunking's goal is about, else the smallest measured
+        "0.10% random"
+        if "0.10% random" in slow
+        else min(slow, key=lambda m: float(m.split("%")[0]) if "random" in m else 1e9)
+    )
     subset = slow[smallest]
     quick = ", a `--quick` run (small data, one round) that the full run replaces" if run.get("quick") else ""
     out = {
@@ -169,7 +175,7 @@ def _object_storage_figures(run: dict[str, Any]) -> dict[str, str]:
         "object_storage_repeat": f"{run['repeat']}",
         "object_storage_latency_ms": f"{run['latency_s'] * 1e3:g}",
         "object_storage_subset": smallest.split()[0],
-        "object_storage_subset_cells_per_tile": f"{subset['cells_read'] / run['n_tiles']:.0f}",
+        "object_storage_subset_cells_per_tile": f"{subset['cells_read'] / run['n_tiles']:.1f}",
         "object_storage_latency_kept": f"{slow['full scan']['cells_per_s'] / s3['full scan']['cells_per_s']:.2f}",
     }
     out["object_storage_local_cells_per_s"] = f"{local['full scan']['cells_per_s']:,}"
@@ -181,15 +187,48 @@ def _object_storage_figures(run: dict[str, Any]) -> dict[str, str]:
         out[f"object_storage_{name}_in_flight"] = f"{scan['max_in_flight']}"
         out[f"object_storage_{name}_subset_requests"] = f"{place[smallest]['requests']:,}"
         out[f"object_storage_{name}_subset_share"] = f"{place[smallest]['share_of_tile_bytes']:.1%}"
-    other = run["compare_chunks"]
-    out.update(
-        {
-            "object_storage_other_chunks": f"{other['n_chunks']}",
-            "object_storage_other_chunks_bytes": f"{other['tile_bytes_vs_default'] - 1:.0%}",
-            "object_storage_other_chunks_share": f"{other['share_of_tile_bytes']:.1%}",
-            "object_storage_other_chunks_requests": f"{other['requests']:,}",
-        }
-    )
+    out.update(_chunking_figures(run))
+    return out
+
+
+def _chunking_figures(run: dict[str, Any]) -> dict[str, str]:
+    """The chunks a tile: ``bench_object_storage.py``'s frontier (both matrices) and its coalescing sweep."""
+    default = run["default_n_chunks"]
+    goal = run["goal"]["subset"]
+    out = {
+        "default_n_chunks": f"{default}",
+        "chunks_pick": f"{run['chunks_pick']}",
+        "coalescing_pick_kib": f"{run['coalescing']['pick'] / 1024:g}",
+        "default_max_gap_kib": f"{run['default_max_gap'] / 1024:g}",
+        "remote_scan_draws": f"{run['draws']}",
+        "chunks_goal_subset": run["goal"]["subset"].replace(".10%", ".1%"),
+        "chunks_goal_share": f"{run['goal']['share_of_tile_bytes']:.0%}",
+        "default_chunk_cells": f"{run['tile_size'] / default:.0f}",
+    }
+    for key, matrix in run["frontier"].items():
+        points = {p["n_chunks"]: p for p in matrix["points"]}
+        old, new = points[8], points[default]
+
+        def cost(field: str, old: dict[str, Any] = old, new: dict[str, Any] = new, digits: int = 0) -> str:
+            return f"{new[field] / old[field] - 1:+.{digits}%}"
+
+        out.update(
+            {
+                f"chunks_{key}_share_8": f"{old['subsets'][goal]['share_of_tile_bytes']:.1%}",
+                f"chunks_{key}_share_default": f"{new['subsets'][goal]['share_of_tile_bytes']:.1%}",
+                f"chunks_{key}_size_cost": cost("tile_bytes", digits=1),
+                f"chunks_{key}_read_cost_1_core": cost("local_read_1_core_s"),
+                f"chunks_{key}_zstd_cost": cost("zstd_alone_1_core_s"),
+                f"chunks_{key}_read_cost_2_cores": cost("local_read_2_cores_s"),
+                f"chunks_{key}_remote_scan_vs_local": f"{new['remote_scan_vs_local']:.2f}",
+                f"chunks_{key}_fetch_vs_local_scan": f"{new['local_scan_1_core_s'] / new['remote_fetch_only_s']:.2f}",
+                f"chunks_{key}_remote_scan_cpu_vs_local": f"{new['remote_scan_cpu_s'] / new['local_scan_cpu_s']:.2f}",
+                # the client's CPU a remote scan spends beyond the local one, per request
+                f"chunks_{key}_remote_cpu_per_request_ms": (
+                    f"{(new['remote_scan_cpu_s'] - new['local_scan_cpu_s']) / new['remote_scan_requests'] * 1e3:.1f}"
+                ),
+            }
+        )
     return out
 
 
