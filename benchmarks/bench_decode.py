@@ -46,6 +46,7 @@ from pathlib import Path
 import anndata as ad
 import numpy as np
 import zstandard
+from _frames import dataset_frames
 from _record import now, write_json
 from _steal import cpu_ticks, steal_share
 from _visium import resampled_rows
@@ -55,13 +56,7 @@ import deltacells as dc
 from deltacells.codec._crc import crc32
 from deltacells.codec._decode import check_tile_bytes
 from deltacells.codec._layout import (
-    GAPS_LEN,
-    GAPS_OFF,
     HEADER_SIZE,
-    VALS_LEN,
-    VALS_OFF,
-    TileHeader,
-    read_chunk_table,
 )
 from deltacells.datasets import synthetic_counts
 from deltacells.format import tile_path
@@ -162,12 +157,7 @@ def main() -> None:
         )
 
         blobs = [(root / "ds" / tile_path(i)).read_bytes() for i in range(ds.n_tiles)]
-        frames = []
-        for blob in blobs:
-            header = TileHeader.unpack(blob)
-            for row in read_chunk_table(blob, header):
-                for off, length in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN)):
-                    frames.append(blob[int(row[off]) : int(row[off]) + int(row[length])])
+        frames = dataset_frames(blobs)
         dctx = zstandard.ZstdDecompressor()
 
         def zstd_only() -> None:

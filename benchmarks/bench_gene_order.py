@@ -3,8 +3,8 @@
 ``read_deltacells`` gives genes in the order they were written (DECISIONS.md 13): each stored column number
 is mapped back through ``gene_order.npy`` while rows are decoded, and each row's columns are then sorted (a
 radix sort per row), as scipy's canonical CSR has them. This measures, in one run on one machine, a full
-read into a float32 CSR from the page cache, on 1 core and on 2 (the process pinned to them with
-``sched_setaffinity``; deltacells told as many threads), best of ``--repeat`` rounds that interleave:
+read into a float32 CSR from the page cache, on 1 core and on 2 (every thread of the process pinned to them,
+``benchmarks/_cpus.py``; deltacells told as many threads), best of ``--repeat`` rounds that interleave:
 
 * ``zstd alone`` on the same frames (every gaps and vals frame decompressed, one thread): the floor;
 * ``deltacells, stored order``: ``open_dataset(path, threads=k).read_rows()``;
@@ -25,7 +25,6 @@ rows left as mapped, against sorted. Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,12 +35,13 @@ import anndata as ad
 import numpy as np
 import scanpy as sc
 import zstandard
+from _cpus import pinned, usable
+from _frames import dataset_frames
 from _record import now, write_json
 from _visium import VISIUM, resampled_rows
 from scipy import sparse
 
 import deltacells
-from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, VALS_LEN, VALS_OFF, TileHeader, read_chunk_table
 from deltacells.format import tile_path
 
 #: The contenders, in the order of the table.
@@ -82,7 +82,7 @@ def main() -> None:
 
 def measure(adata: ad.AnnData, label: str, repeat: int) -> dict[str, Any]:
     """Every contender on ``adata``, on 1 core and on 2; and ``normalize_total`` on unsorted and sorted rows."""
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = usable()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         deltacells.write_deltacells(adata, root / "ds", progress=False)
@@ -95,11 +95,8 @@ def measure(adata: ad.AnnData, label: str, repeat: int) -> dict[str, Any]:
         for cores in (1, 2):
             if len(cpus) < cores:
                 continue
-            os.sched_setaffinity(0, cpus[:cores])
-            try:
+            with pinned(cpus[:cores]):  # every thread of the process (the shared pool's too), not the caller alone
                 result["cores"][str(cores)] = best_of(_contenders(root, frames, cache, threads=cores), repeat)
-            finally:
-                os.sched_setaffinity(0, cpus)
         result["normalize_total_ms"] = _downstream(root / "ds", repeat)
     _print(result)
     return result
@@ -152,13 +149,7 @@ def best_of(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[st
 
 def _frames(path: Path) -> list[bytes]:
     """Every gaps and vals frame of the dataset's tiles (what zstd alone decompresses)."""
-    frames = []
-    for i in range(deltacells.open_dataset(path).n_tiles):
-        blob = (path / tile_path(i)).read_bytes()
-        for row in read_chunk_table(blob, TileHeader.unpack(blob)):
-            for off, length in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN)):
-                frames.append(blob[int(row[off]) : int(row[off]) + int(row[length])])
-    return frames
+    return dataset_frames([(path / tile_path(i)).read_bytes() for i in range(deltacells.open_dataset(path).n_tiles)])
 
 
 def _downstream(path: Path, repeat: int) -> dict[str, float]:

@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's servers (tests/servers)
 
 from _cpus import pin, pinned, usable
+from _frames import dataset_frames
 from _record import now, write_json
 from _visium import VISIUM, resampled_rows
 
@@ -234,16 +235,7 @@ def _zstd_alone(path: str, repeat: int) -> float:
     """Every gaps and vals frame of the local dataset's tiles decompressed on one thread (the floor); best time."""
     import zstandard
 
-    from deltacells.codec import TileHeader, read_chunk_table
-    from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, VALS_LEN, VALS_OFF
-
-    frames = []
-    for tile in range(open_dataset(path).n_tiles):
-        blob = (Path(path) / tile_path(tile)).read_bytes()
-        for row in read_chunk_table(blob, TileHeader.unpack(blob)):
-            frames += [
-                blob[int(row[o]) : int(row[o]) + int(row[n])] for o, n in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN))
-            ]
+    frames = dataset_frames([(Path(path) / tile_path(t)).read_bytes() for t in range(open_dataset(path).n_tiles)])
     dctx = zstandard.ZstdDecompressor()
     best = float("inf")
     for _ in range(repeat):
