@@ -477,9 +477,8 @@ def work_units(table: np.ndarray, chunks: np.ndarray, min_nnz: int | None = None
 
     Consecutive chunks go together until their nonzeros reach ``min_nnz`` (the last run may hold fewer): a
     chunk of ``min_nnz`` (default :data:`WORK_UNIT_NNZ`) or more is a task of its own, smaller ones share one.
-    Chunks are a unit of the
-    format (of ranged reads), tasks one of scheduling; this keeps the threads' overhead a share of the
-    nonzeros, not of the chunks.
+    Chunks are a unit of the format (of ranged reads), tasks one of scheduling; this keeps the threads'
+    overhead a share of the nonzeros, not of the chunks.
 
     Examples
     --------

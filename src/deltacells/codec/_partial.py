@@ -596,9 +596,9 @@ def decode_chunks(
     ]
     n_threads = default_threads() if threads is None else threads
     units = work_units(table, chunks) if n_threads > 1 and nnz >= _PARALLEL_MIN_NNZ else []
-    if len(units) > 1:
-        position = {c: k for k, c in enumerate(chunks.tolist())}
-        tasks = [[work[position[c]] for c in unit] for unit in units]
+    if len(units) > 1:  # the units cut ``chunks`` (sorted, as ``work``) into consecutive runs
+        ends = np.cumsum([len(unit) for unit in units]).tolist()
+        tasks = [work[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
         large = [future.result() for future in [shared_pool().submit(_decode_all, task) for task in tasks]]
     else:
         large = [_decode_all(work)]
