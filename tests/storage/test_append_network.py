@@ -169,6 +169,23 @@ def test_a_late_mover_never_puts_back_an_older_version(
     }[late]
     mover = LateMover(url, options, target)
     errors: list[BaseException] = []
+    thread = _move_late(mover, manifest, version, commit, errors)
+    # another writer finishes commit 1 and commits 2, which writes the late object's place again (or not)
+    deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
+    mover.go.set()
+    thread.join(60)
+    assert not errors, errors
+    _assert_holds(url, options, [0, 1000, 2001], [BASE, PER_WRITER, 7], obsm=True)
+    assert validate_dataset(url, storage_options=options).ok
+
+
+def _move_late(
+    mover: LateMover, manifest: Any, version: str, commit: Any, errors: list[BaseException]
+) -> threading.Thread:
+    """Start rolling ``commit`` forward through ``mover`` on a thread; return once it stalls at its late object.
+
+    An error of the roll-forward goes to ``errors`` (and releases the wait).
+    """
 
     def move() -> None:
         try:
@@ -180,13 +197,7 @@ def test_a_late_mover_never_puts_back_an_older_version(
     thread = threading.Thread(target=move)
     thread.start()
     assert mover.reached.wait(60)
-    # another writer finishes commit 1 and commits 2, which writes the late object's place again (or not)
-    deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
-    mover.go.set()
-    thread.join(60)
-    assert not errors, errors
-    _assert_holds(url, options, [0, 1000, 2001], [BASE, PER_WRITER, 7], obsm=True)
-    assert validate_dataset(url, storage_options=options).ok
+    return thread
 
 
 class LateHead(LateMover):
@@ -228,18 +239,7 @@ def test_an_append_never_commits_on_top_of_a_pending_commit(
         manifest, version, commit = read_for_commit(FsspecStore(url, options))
         assert commit.pending
         mover = LateHead(url, options, tile_path(manifest.n_tiles - 1))  # ... and its mover is slow
-
-        def move() -> None:
-            try:
-                roll_forward(mover, manifest, version, commit)
-            except BaseException as exc:  # reported to the test
-                errors.append(exc)
-                mover.reached.set()
-
-        thread = threading.Thread(target=move)
-        thread.start()
-        slow.append((mover, thread))
-        assert mover.reached.wait(60)
+        slow.append((mover, _move_late(mover, manifest, version, commit, errors)))
 
     monkeypatch.setattr(append_module, "roll_forward", finish_while_another_commits)
     deltacells.write_deltacells(parts[3], url, append=True, progress=False, storage_options=options)
