@@ -213,6 +213,22 @@ def _anndata_dataset2d_items() -> None:
     assert LazyObs._items.__deltacells_internal__ == "anndata.experimental.backed.Dataset2D._items"
 
 
+@check("anndata._core.merge.try_unifying_dtype")
+def _anndata_try_unifying_dtype() -> None:
+    import anndata._core.merge
+
+    unify = _internals.anndata_unified_dtype
+    assert parameters(anndata._core.merge.try_unifying_dtype) == ["dtypes", "has_missing"]
+    assert "has_missing" in keyword_only(anndata._core.merge.try_unifying_dtype)
+    two = [pd.CategoricalDtype(["GW16_10", "GW16_2"]), pd.CategoricalDtype(["GW16_1"])]
+    assert list(unify(two, has_missing=False).categories) == ["GW16_1", "GW16_2", "GW16_10"]  # natural order
+    ordered = [pd.CategoricalDtype(["a", "b"], ordered=True), pd.CategoricalDtype(["a"], ordered=True)]
+    assert unify(ordered, has_missing=False) is object
+    assert unify([np.dtype(bool)], has_missing=True) == pd.BooleanDtype()
+    assert unify([np.dtype(bool)], has_missing=False) is None  # left to pandas
+    assert unify([np.dtype(np.int64), np.dtype(np.float32)], has_missing=True) is None
+
+
 @check("anndata.tests.helpers.assert_equal")
 def _anndata_assert_equal(lazy: Any) -> None:
     from deltacells.io import TiledCSRDataset

@@ -135,6 +135,16 @@ _ENTRIES = (
         "registered for the lazy obs",
     ),
     Internal(
+        "anndata._core.merge.try_unifying_dtype",
+        "anndata",
+        ANNDATA,
+        ("deltacells.obs._concat",),
+        "anndata.concat's own rule for the dtype of an obs column joined from several frames (categories "
+        "unioned and natural-sorted, ordered ones kept or made object, bool with missing cells made 'boolean'), "
+        "which a collection's obs and an append follow without concatenating the frames: anndata.concat is its "
+        "only public caller",
+    ),
+    Internal(
         "anndata.AnnData._adata_ref",
         "anndata",
         ANNDATA,
@@ -458,6 +468,15 @@ def register_remove_unused_categories(cls: type, remove: Callable[[Any, Any, dic
         error = changed("anndata.AnnData._remove_unused_categories", "it is no longer a singledispatchmethod")
         raise error
     ad.AnnData._remove_unused_categories.register(cls)(staticmethod(remove))
+
+
+def anndata_unified_dtype(dtypes: list[Any], *, has_missing: bool) -> Any:
+    """The dtype anndata.concat casts the frames' columns of ``dtypes`` to before pandas concatenates them.
+
+    ``None`` where anndata leaves the join to pandas; ``has_missing``: some frame lacks the column.
+    """
+    unify = reach("anndata._core.merge.try_unifying_dtype")
+    return unify(dtypes, has_missing=has_missing)
 
 
 def anndata_view_parts(adata: Any) -> tuple[Any, Any, Any]:
