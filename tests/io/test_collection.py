@@ -220,12 +220,8 @@ def test_mismatches_are_clear_errors(studies, tmp_path: Path) -> None:
         deltacells.read_deltacells(paths, gene_order="stored", cache_dir=cache)
     with pytest.raises(InvalidValueError, match="one per dataset"):
         deltacells.read_deltacells(paths, storage_options=[{}, {}], cache_dir=cache)
-    numbers = adatas["b"].copy()
-    numbers.obs["cell_type"] = np.arange(numbers.n_obs)  # categories in the others
-    deltacells.write_deltacells(numbers, tmp_path / "numbers", progress=False)
-    for lazy in (False, True):  # before any tile, whichever obs is read
-        with pytest.raises(InvalidValueError, match=r"obs column 'cell_type' cannot be joined.*numbers: numeric"):
-            deltacells.read_deltacells([paths[0], tmp_path / "numbers"], cache_dir=cache, lazy_obs=lazy)
+    with pytest.raises(InvalidValueError, match="merge must be one of None, 'same'"):
+        deltacells.read_deltacells(paths, merge="all", cache_dir=cache)
     with pytest.raises(TypeError, match="a collection of datasets: read it again"):
         deltacells.read_obs(deltacells.read_deltacells(paths, obs_columns=[], cache_dir=cache), ["donor"])
 

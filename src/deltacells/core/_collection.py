@@ -168,6 +168,8 @@ class Collection:
 
     def _read(self, index: Any, read: Any, dtype: DTypeLike) -> sparse.csr_matrix:
         rows = normalize_rows(index, self.n_cells)
+        if (rows.stop - rows.start if isinstance(rows, slice) else rows.shape[0]) == 0:  # no cell: no member read
+            return self._stacked([], dtype)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice) and rows.step == 1:
             parts = [read(self.members[m], slice(a, b)) for m, a, b in self._spans(rows.start, rows.stop)]
@@ -176,7 +178,7 @@ class Collection:
             rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
         members, local = self.member_of(rows)
         changes = np.flatnonzero(members[1:] != members[:-1]) + 1
-        starts = np.concatenate(([0], changes)) if rows.shape[0] else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate(([0], changes))
         if np.unique(members[starts]).shape[0] == starts.shape[0]:  # each member's cells asked in one run
             ends = np.append(starts[1:], rows.shape[0])
             parts = [read(self.members[int(members[a])], local[a:b]) for a, b in zip(starts, ends, strict=True)]

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,7 @@ from deltacells._threads import map_members
 from deltacells.core import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError, UnknownKeyError
 from deltacells.format import INDEX_COLUMN
+from deltacells.io._collection_var import check_merge, merged_var
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class OpenCollection:
         Each dataset's name (``label``'s categories).
     join, var_key
         As asked.
+    tables
+        Each dataset's gene table indexed by its join keys, when asked for (``merge=``), else None.
     """
 
     collection: Collection
@@ -64,6 +67,7 @@ class OpenCollection:
     keys: list[str]
     join: str
     var_key: str | None
+    tables: list[pd.DataFrame] | None = None
 
 
 def open_collection(
@@ -76,8 +80,11 @@ def open_collection(
     tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
     threads: int | None = None,
     io_concurrency: int | None = None,
+    var_tables: bool = False,
 ) -> OpenCollection:
     """Open datasets as one: their manifests and gene tables read concurrently, their genes joined.
+
+    ``var_tables``: keep each dataset's whole gene table (:attr:`OpenCollection.tables`), not only its keys.
 
     Raises
     ------
@@ -97,7 +104,7 @@ def open_collection(
     # One bound for the decoded tiles of them all, shared out.
     cache_each = max(0, int(tile_cache_bytes) // len(sources))
 
-    def opened(k: int) -> tuple[Dataset, pd.Index]:
+    def opened(k: int) -> tuple[Dataset, pd.Index, pd.DataFrame | None]:
         source = sources[k]
         if isinstance(source, Dataset):
             dataset = source.with_gene_order("stored")
@@ -112,10 +119,12 @@ def open_collection(
         else:
             msg = f"a collection's datasets are paths, URLs or deltacells Datasets; dataset {k} is a {type(source)}"
             raise InvalidTypeError(msg)
-        return dataset, _gene_keys(dataset, var_key, names[k])
+        table = _keyed_table(dataset, var_key, names[k]) if var_tables else None
+        keys_ = _gene_keys(dataset, var_key, names[k]) if table is None else _unique(table.index, var_key, names[k])
+        return dataset, keys_, table
 
     members = map_members(opened, range(len(sources)))
-    genes = _joined([dataset for dataset, _ in members], [stored for _, stored in members], join)
+    genes = _joined([dataset for dataset, _, _ in members], [stored for _, stored, _ in members], join)
     if genes.shape[0] == 0 and join == "inner":
         msg = (
             f"the {len(sources)} datasets have no gene in common (join='inner'); use join='outer', or var_key= to "
@@ -124,12 +133,13 @@ def open_collection(
         raise InvalidValueError(msg)
     width = int(genes.shape[0])
     readers = []
-    for dataset, stored in members:
+    for dataset, stored, _ in members:
         columns = genes.get_indexer(stored).astype(np.int32)
         same = width == dataset.n_genes and bool(np.array_equal(columns, np.arange(width)))
         readers.append(dataset if same else dataset.with_columns(columns, width))
-    datasets = [dataset for dataset, _ in members]
-    return OpenCollection(Collection(readers), datasets, genes, names, join, var_key)
+    datasets = [dataset for dataset, _, _ in members]
+    tables = [table for _, _, table in members] if var_tables else None
+    return OpenCollection(Collection(readers), datasets, genes, names, join, var_key, tables)
 
 
 def read_collection(
@@ -140,6 +150,7 @@ def read_collection(
     keys: Sequence[str] | None,
     var_key: str | None,
     index_unique: str | None,
+    merge: Any,
     storage_options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
     obs_columns: Sequence[str] | None,
     obs_names: bool,
@@ -152,6 +163,9 @@ def read_collection(
 ) -> tuple[Collection, Any, pd.DataFrame, dict[str, Any]]:
     """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
 
+    var has the columns ``merge`` keeps (:func:`~deltacells.io._collection_var.merged_var`; none by default, as
+    :func:`anndata.concat`).
+
     ``lazy(n_cells)`` says whether obs is lazy (a :class:`~deltacells.io._lazy_obs.LazyObs` over the datasets'
     caches, :class:`~deltacells.obs.CollectionObs`) or a pandas frame of the same columns.
 
@@ -162,9 +176,11 @@ def read_collection(
     UnknownKeyError
         As :func:`open_collection`, and for an obs column no dataset has.
     """
+    merge = check_merge(merge)
     opened = open_collection(
         sources, join=join, keys=keys, var_key=var_key, storage_options=storage_options,
         tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
+        var_tables=merge is not None,
     )  # fmt: skip
     from deltacells.obs import CollectionObs
 
@@ -181,7 +197,7 @@ def read_collection(
         obs = lazy_obs_frame(store, opened.collection.n_cells, store.columns, names=True)
     else:
         obs = _obs_in_memory(store)
-    var = pd.DataFrame(index=opened.genes)
+    var = merged_var(opened.tables, opened.genes, join=join, merge=merge)
     entry: dict[str, Any] = {
         "datasets": [dataset.url for dataset in opened.datasets],
         "keys": opened.keys,
@@ -240,9 +256,29 @@ def _gene_keys(dataset: Dataset, var_key: str | None, name: str) -> pd.Index:
 
     stored = read_gene_keys(dataset, var_key)
     if stored is None:
-        columns = list(read_var(dataset).columns)
-        msg = f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {columns}"
-        raise UnknownKeyError(msg)
+        _no_var_key(read_var(dataset), var_key, name)
+    return _unique(stored, var_key, name)
+
+
+def _keyed_table(dataset: Dataset, var_key: str | None, name: str) -> pd.DataFrame:
+    """The gene table in stored order, indexed by the keys the genes are joined on (as :func:`_gene_keys`)."""
+    from deltacells.io._frames import read_var
+
+    table = read_var(dataset)
+    if var_key is not None:
+        if var_key not in table.columns:
+            _no_var_key(table, var_key, name)
+        table.index = pd.Index(table[var_key].astype(str).to_numpy())
+    return table
+
+
+def _no_var_key(var: pd.DataFrame, var_key: str | None, name: str) -> NoReturn:
+    msg = f"dataset {name!r} has no var column {var_key!r} (var_key=); its columns: {list(var.columns)}"
+    raise UnknownKeyError(msg)
+
+
+def _unique(stored: pd.Index, var_key: str | None, name: str) -> pd.Index:
+    """``stored``, the keys of dataset ``name``'s genes, if they do not repeat."""
     if not stored.is_unique:
         repeated = stored[stored.duplicated()].unique()[:3].tolist()
         what = "var names" if var_key is None else f"values of var column {var_key!r}"

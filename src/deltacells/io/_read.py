@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
@@ -57,6 +57,7 @@ def read_deltacells(
     keys: Sequence[str] | None = None,
     var_key: str | None = None,
     index_unique: str | None = None,
+    merge: Literal["same", "unique", "first", "only"] | Callable[..., Any] | None = None,
 ) -> ad.AnnData:
     """Open a deltacells dataset as an AnnData whose ``X`` is read lazily.
 
@@ -145,6 +146,12 @@ def read_deltacells(
     index_unique
         As :func:`anndata.concat`'s: make a collection's obs names unique by appending ``index_unique`` and
         the dataset's key (default: keep them as stored, possibly repeated).
+    merge
+        As :func:`anndata.concat`'s: which var columns a collection keeps of its datasets' gene tables. ``None``
+        (default, as concat): none; ``"same"``: those whose values are the same in every dataset; ``"unique"``:
+        those with one value per gene among the datasets that have it; ``"first"``: the first value of each;
+        ``"only"``: those of one dataset only. Merged by anndata itself, on the var names (or ``var_key``'s
+        values, which become the var names).
 
     Returns
     -------
@@ -173,7 +180,7 @@ def read_deltacells(
             msg = "a collection's genes are in the order of their join (join=); gene_order='stored' is for one dataset"
             raise InvalidValueError(msg)
         collection, obs, var, entry = read_collection(
-            path, join=join, label=label, keys=keys, var_key=var_key, index_unique=index_unique,
+            path, join=join, label=label, keys=keys, var_key=var_key, index_unique=index_unique, merge=merge,
             storage_options=storage_options, obs_columns=obs_columns, obs_names=obs_names, cache_dir=cache_dir,
             verify_obs=verify_obs, tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
             lazy=lambda n_cells: _use_lazy_obs(lazy_obs, n_cells),

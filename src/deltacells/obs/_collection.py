@@ -3,11 +3,12 @@
 What a lazy obs (:mod:`deltacells.io._lazy_obs`) and a training loader read from a collection of datasets,
 through the calls they make of one dataset's :class:`~deltacells.obs.ObsStore`: ``take`` for chosen cells,
 ``dtype`` without reading, ``arrow_column`` of the names. The joined columns are those of every dataset
-(``join="inner"``) or of any (``"outer"``); a categorical column's categories are the union of the datasets'
-(sorted, as pandas' ``union`` sorts them, unless they are the same everywhere); a cell of a dataset without a
-column has a missing value (NaN, or code -1). The ``label`` column gives each cell's dataset, its categories
-the keys. Cell names are the stored names (``"0" .. "n-1"`` in a dataset without), with ``index_unique`` and
-the key appended as :func:`anndata.concat` appends them.
+(``join="inner"``) or of any (``"outer"``), each of the dtype :func:`anndata.concat` gives it, found from the
+datasets' dtypes alone (:mod:`deltacells.obs._concat`): categories joined in concat's order, bool columns some
+dataset lacks as ``boolean``, integers some dataset lacks as floats, categories beside strings as strings...;
+a cell of a dataset without a column has a missing value. The ``label`` column gives each cell's dataset, its
+categories the keys. Cell names are the stored names (``"0" .. "n-1"`` in a dataset without), with
+``index_unique`` and the key appended as :func:`anndata.concat` appends them (a missing name stays missing).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltacells._threads import map_members
-from deltacells.errors import InvalidValueError, UnknownKeyError
+from deltacells.errors import UnknownKeyError
 from deltacells.format import INDEX_COLUMN
 from deltacells.obs._cache import ObsStore
+from deltacells.obs._concat import as_joined, empty_values, joined_dtypes, missing_values
 from deltacells.obs._dtypes import default_string_dtype
 
 if TYPE_CHECKING:
@@ -74,7 +76,7 @@ class CollectionObs:
     UnknownKeyError
         If no dataset has a column asked for.
     InvalidValueError
-        If datasets hold a column in kinds that cannot be joined (categories in one, numbers in another).
+        If datasets hold a column in dtypes that pandas cannot concatenate.
     """
 
     def __init__(
@@ -100,24 +102,37 @@ class CollectionObs:
             every = map_members(lambda s: [] if s is None else list(s.columns), self.stores)  # schemas read
         else:  # neither names nor columns: nothing to read
             every = [[] for _ in self.stores]
-        joined = _joined_names(every, join)
+        frames = [
+            {} if store is None else {name: store.dtype(name) for name in names if columns is None or name in columns}
+            for store, names in zip(self.stores, every, strict=True)
+        ]
         if columns is not None:
             missing = [c for c in columns if c != label and not any(c in names_ for names_ in every)]
             if missing:
                 msg = f"no dataset of the collection has obs column(s) {missing}"
                 raise UnknownKeyError(msg)
-            joined = [c for c in columns if c != label and c in joined]
-        self.kinds: dict[str, str] = {}
-        self._codes: dict[str, list[np.ndarray | None]] = {}  # each dataset's category codes in the joined ones
+        self._dtypes: dict[str, Any] = joined_dtypes(frames, join)
+        if columns is not None:  # in the order asked
+            self._dtypes = {c: self._dtypes[c] for c in dict.fromkeys(columns) if c in self._dtypes}
+        stored = [c for c in self._dtypes if c != label]  # a column named as the label is the label's, as in concat
+        # Each dataset's category codes in the joined categories, for the columns that stay categorical.
+        self._codes: dict[str, list[np.ndarray | None]] = {}
         self.categories: dict[str, tuple[Any, ...]] = {}
-        self._dtypes: dict[str, Any] = {}
-        for name in joined:
-            self._join_column(name)
+        for name in stored:
+            dtype = self._dtypes[name]
+            if isinstance(dtype, pd.CategoricalDtype):
+                self.categories[name] = tuple(dtype.categories)
+                self._codes[name] = [
+                    None if name not in frame else dtype.categories.get_indexer(frame[name].categories).astype(np.int64)
+                    for frame in frames
+                ]
+        self.columns = list(self._dtypes) if columns is None else stored
         if label is not None:
-            self.kinds[label] = "category"
             self.categories[label] = tuple(self.keys)
             self._dtypes[label] = pd.CategoricalDtype(list(self.keys))
-        self.columns = [*joined, *([label] if label is not None else [])]
+            if label not in self.columns:
+                self.columns.append(label)
+        joined = stored
         index_names = {s.schema.column(INDEX_COLUMN).index_name for s in self.stores if s} if names else {None}
         self.schema = _JoinedSchema(index_names.pop() if len(index_names) == 1 else None)
 
@@ -135,38 +150,6 @@ class CollectionObs:
         """Cells of all the datasets."""
         return self.collection.n_cells
 
-    def _join_column(self, name: str) -> None:
-        columns = [None if s is None or name not in s.columns else s.schema.column(name) for s in self.stores]
-        kinds = {column.kind for column in columns if column is not None}
-        if len(kinds) > 1:
-            where = ", ".join(
-                f"{key}: {column.kind}" for key, column in zip(self.keys, columns, strict=True) if column is not None
-            )
-            msg = f"obs column {name!r} cannot be joined: its kinds differ between datasets ({where})"
-            raise InvalidValueError(msg)
-        (kind,) = kinds
-        self.kinds[name] = kind
-        everywhere = all(column is not None for column in columns)
-        dtypes = [s.dtype(name) for s, c in zip(self.stores, columns, strict=True) if c is not None and s is not None]
-        if kind == "category":
-            vocabularies = [pd.Index(column.categories or ()) for column in columns if column is not None]
-            joined = vocabularies[0]
-            for vocabulary in vocabularies[1:]:
-                joined = joined.union(vocabulary)
-            self.categories[name] = tuple(joined)
-            self._codes[name] = [
-                None if column is None else joined.get_indexer(pd.Index(column.categories or ())).astype(np.int64)
-                for column in columns
-            ]
-            ordered = everywhere and all(getattr(d, "ordered", False) for d in dtypes)
-            self._dtypes[name] = pd.CategoricalDtype(list(joined), ordered=ordered)
-        elif everywhere and len({str(d) for d in dtypes}) == 1:
-            self._dtypes[name] = dtypes[0]
-        elif kind == "numeric":
-            self._dtypes[name] = np.dtype(np.float64) if not everywhere else np.result_type(*dtypes)
-        else:
-            self._dtypes[name] = np.dtype(object)
-
     def dtype(self, name: str) -> Any:
         """The pandas dtype :meth:`take` gives for column ``name`` (nothing read)."""
         if name == INDEX_COLUMN:
@@ -175,7 +158,7 @@ class CollectionObs:
         return self._dtypes[name]
 
     def _check(self, name: str) -> None:
-        if name not in self.kinds:
+        if name not in self._dtypes:
             msg = f"obs column {name!r} is not among the collection's joined columns {self.columns}"
             raise UnknownKeyError(msg)
 
@@ -199,23 +182,19 @@ class CollectionObs:
             got = store.take(name, local[mine]) if store is not None and name in store.columns else None
             parts.append((mine, got, m))
         dtype = self._dtypes[name]
-        if self.kinds[name] == "category":
+        if isinstance(dtype, pd.CategoricalDtype):
             codes = np.full(cells.shape[0], -1, dtype=np.int64)
             for mine, got, m in parts:
                 if got is not None:
                     own = np.asarray(got.codes, dtype=np.int64)
                     codes[mine] = np.where(own >= 0, self._codes[name][m][np.maximum(own, 0)], -1)
             return pd.Categorical.from_codes(codes, dtype=dtype)
-        if all(got is not None for _, got, _ in parts) and not isinstance(dtype, np.dtype):
-            return pd.array(np.concatenate([np.asarray(got, dtype=object) for _, got, _ in parts]), dtype=dtype)[
-                np.argsort(np.concatenate([mine for mine, _, _ in parts]), kind="stable")
-            ]
-        values = np.full(cells.shape[0], np.nan, dtype=dtype) if dtype.kind == "f" else np.empty(cells.shape[0], dtype)
-        if dtype.kind == "O":
-            values[:] = np.nan
-        for mine, got, _ in parts:
-            if got is not None:
-                values[mine] = np.asarray(got)
+        present = [(mine, got) for mine, got, _ in parts if got is not None]
+        if len(present) == len(parts) == 1:
+            return as_joined(present[0][1], dtype)  # one dataset's cells: its values, cast
+        values = missing_values(dtype, cells.shape[0]) if len(present) < len(parts) else empty_values(dtype, len(cells))
+        for mine, got in present:
+            values[mine] = as_joined(got, dtype)
         return values
 
     def _names(self, members: np.ndarray, local: np.ndarray) -> np.ndarray:
@@ -227,8 +206,10 @@ class CollectionObs:
                 own = np.asarray(store.take(INDEX_COLUMN, local[mine]), dtype=object)
             else:
                 own = local[mine].astype(str).astype(object)
-            if self.index_unique is not None:
-                own = own + f"{self.index_unique}{self.keys[m]}"
+            if self.index_unique is not None:  # a missing name stays missing, as concat's str.cat leaves it
+                named = ~pd.isna(own)
+                own[named] = own[named] + f"{self.index_unique}{self.keys[m]}"
+                own[~named] = np.nan
             names[mine] = own
         dtype = default_string_dtype()  # as a dataset's names come: pandas 3's str, else Python objects
         return names if dtype == np.dtype(object) else pd.array(names, dtype=dtype)
@@ -250,12 +231,3 @@ class CollectionObs:
                 own = [pc.binary_join_element_wise(chunk, suffix, empty) for chunk in own]
             chunks += own
         return pa.chunked_array(chunks, type=pa.large_string())
-
-
-def _joined_names(every: list[list[str]], join: str) -> list[str]:
-    """The columns of every dataset (inner) or of any (outer), in the order they first appear."""
-    seen: dict[str, int] = {}
-    for names in every:
-        for name in names:
-            seen[name] = seen.get(name, 0) + 1
-    return [name for name, count in seen.items() if join == "outer" or count == len(every)]
