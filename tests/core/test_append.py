@@ -147,7 +147,7 @@ def test_graphs_only_block_diagonally(tmp_path: Path) -> None:
         (lambda a: _renamed(a, "c0"), "not unique in the grown dataset"),
         (lambda a: _without(a, "score"), r"missing \['score'\]"),
         (lambda a: _with(a, "score", ["x"] * a.n_obs), "'score' is stored as numeric"),
-        (lambda a: _with(a, "n_counts", a.obs["score"]), "'n_counts' is stored as int64"),
+        (lambda a: _with(a, "flag", a.obs["n_counts"]), r"'flag' is stored as bool \(bool\); anndata.concat .* int64"),
         (lambda a: _with_obsm(a), "stores no other elements of the AnnData"),
     ],
     ids=["genes", "names", "columns", "kind", "type", "obsm"],

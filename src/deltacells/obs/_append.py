@@ -1,10 +1,17 @@
 """Appending to obs: the new cells' rows encoded to the stored schema, the last shard rewritten, new shards added.
 
-The schema stays what it is (docs/format.md, decision 17): columns are matched by name and kind; a categorical's
-vocabulary grows by the new categories at its end, so that every stored code keeps its meaning and only the
-shard that holds the dataset's last tiles is rewritten (with its rows as they are, plus the new ones). When
-the vocabulary outgrows its code type (int8 to int16, say) every shard is rewritten with wider codes, the
-one case where an append's cost grows with the dataset.
+The schema stays what it is (docs/format.md, decision 17): columns are matched by name, and each becomes what
+:func:`anndata.concat` of the dataset's cells and the new ones makes it (:mod:`deltacells.obs._concat`), or the
+append is refused when that would change its kind (a categorical made ``object`` by strings, or by ordered
+categories that differ; numbers made ``object`` by text). A categorical's categories become concat's: the same
+when the new cells have the same ones, else the union in natural order (``GW16_2`` before ``GW16_10``); numbers
+widen as concat widens them (int32 to int64, int to float64), bools with missing values become ``boolean``.
+
+Only the shard that holds the dataset's last tiles is rewritten (with its rows as they are, plus the new ones)
+while every stored value keeps its encoding: new categories that sort after the stored ones, a dtype that
+changes only its pandas hint. When the stored values change encoding, every shard is rewritten: categories
+reordered (each stored code renumbered), codes outgrowing their type (int8 to int16), numbers widened; these
+are the cases where an append's cost grows with the dataset.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import pyarrow.parquet as pq
 
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsColumn, ObsSchema, obs_fingerprint, obs_shard_path
+from deltacells.obs._concat import as_joined, joined_dtype
+from deltacells.obs._decode import to_pandas_values
+from deltacells.obs._dtypes import string_hint
 from deltacells.obs._encode import encode_column, encode_index
 from deltacells.obs._shards import read_shard_bytes
 from deltacells.obs._write import _shard_bytes
@@ -97,15 +107,18 @@ def append_obs(
     _check_new_names(shards, obs.index)
     grown: list[ObsColumn] = []
     arrays: list[pa.Array] = []
+    recodes: dict[str, np.ndarray] = {}  # the new code of each stored one, where categories were reordered
     for column in schema.columns:
         if column.name == INDEX_COLUMN:
             new_column, array = encode_index(obs.index)
             grown.append(column)
             arrays.append(array)
         else:
-            new_column, array = _encode_like(column, obs[column.name])
+            new_column, array, recode = _encode_like(column, obs[column.name])
             grown.append(new_column)
             arrays.append(array)
+            if recode is not None:
+                recodes[column.name] = recode
     new_schema = ObsSchema(tuple(grown))
     schema_text = new_schema.to_json()
     new_schema = ObsSchema.from_json(schema_text)
@@ -114,11 +127,12 @@ def append_obs(
     per_file = int(manifest.obs_tiles_per_file or 1)
     n_old_tiles = manifest.n_tiles
     widened = any(a.arrow_type != b.arrow_type for a, b in zip(schema.columns, new_schema.columns, strict=True))
-    first_shard = 0 if widened else (n_old_tiles - 1) // per_file if n_old_tiles else 0
-    if not widened and n_old_tiles and n_old_tiles % per_file == 0 and manifest.tile_cells[-1] == manifest.tile_size:
+    rewritten = widened or bool(recodes)  # every stored row changes: every shard is written again
+    first_shard = 0 if rewritten else (n_old_tiles - 1) // per_file if n_old_tiles else 0
+    if not rewritten and n_old_tiles and n_old_tiles % per_file == 0 and manifest.tile_cells[-1] == manifest.tile_size:
         first_shard = n_old_tiles // per_file  # the last shard is full and its tiles too: nothing of it changes
     old = [
-        pq.read_table(pa.BufferReader(shards(shard))).cast(new_schema.arrow_schema())
+        _recoded(pq.read_table(pa.BufferReader(shards(shard))), recodes).cast(new_schema.arrow_schema())
         for shard in range(first_shard, manifest.n_obs_shards)
     ]
     rows = pa.concat_tables([*old, new_rows])
@@ -149,6 +163,16 @@ def append_obs(
     return fields, written
 
 
+def _recoded(table: pa.Table, recodes: dict[str, np.ndarray]) -> pa.Table:
+    """``table`` (stored rows) with each category column of ``recodes`` renumbered (code -1 stays missing)."""
+    for name, positions in recodes.items():
+        i = table.schema.get_field_index(name)
+        codes = table.column(i).fill_null(-1).to_numpy().astype(np.int64)
+        renumbered = np.where(codes >= 0, positions[np.maximum(codes, 0)], -1)
+        table = table.set_column(i, name, pa.array(renumbered, type=pa.int64()))
+    return table
+
+
 def _check_names(obs: pd.DataFrame, stored: list[str]) -> None:
     given = [str(c) for c in obs.columns]
     missing = [c for c in stored if c not in given]
@@ -163,7 +187,8 @@ def _check_names(obs: pd.DataFrame, stored: list[str]) -> None:
 
 def _check_new_names(shards: _Shards, names: pd.Index) -> None:
     """The new cells' names must be unique and not name a cell of the dataset already."""
-    new = pd.Index([str(n) for n in names])
+    named = names[~np.asarray(names.isna())]  # missing names are no names: they cannot repeat one
+    new = pd.Index([str(n) for n in named])
     duplicated = new[new.duplicated()].unique().tolist()
     if not duplicated:
         present = stored_obs_names(shards.store, shards.manifest, shards=shards)
@@ -177,23 +202,37 @@ def _check_new_names(shards: _Shards, names: pd.Index) -> None:
         raise InvalidValueError(msg)
 
 
-def _encode_like(column: ObsColumn, series: pd.Series) -> tuple[ObsColumn, pa.Array]:
-    """``series`` encoded as the stored ``column`` is; for a categorical, its vocabulary grown as needed."""
+def _encode_like(column: ObsColumn, series: pd.Series) -> tuple[ObsColumn, pa.Array, np.ndarray | None]:
+    """``series`` encoded as the stored ``column`` becomes when it is joined with it as :func:`anndata.concat` joins.
+
+    Returns the grown column, the new cells' values, and for a categorical whose codes change meaning (its
+    categories reordered) the new code of each stored one (None when stored codes keep theirs).
+
+    Raises
+    ------
+    InvalidTypeError, InvalidValueError
+        When the join would change the column's kind (naming the dtype concat gives), or the values cannot be
+        stored in the column's type.
+    """
     name = column.name
+    stored = to_pandas_values(column, pa.array([], type=column.pa_type)).dtype
+    if column.kind == "string" and isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object)  # a categorical stored as text (more categories than max_categories)
+    joined = joined_dtype([stored, series.dtype], name=name)
     if column.kind == "category":
-        return _encode_category_like(column, series)
+        return _encode_category_like(column, series, stored, joined)
     if column.kind == "string":
-        if isinstance(series.dtype, pd.CategoricalDtype):
-            series = series.astype(object)
         new_column, array = encode_column(name, series)
+        hint = string_hint(joined) if new_column.kind == "string" and _is_text(joined) else column.pandas_dtype
+        column = replace(column, pandas_dtype=hint)
     else:
-        new_column, array = encode_column(name, series, max_categories=0)
+        if isinstance(joined, pd.CategoricalDtype) or not _same_family(joined, column.kind):
+            raise InvalidTypeError(_kind_changes(column, series, joined))
+        new_column, _ = encode_column(name, pd.Series([], dtype=joined), max_categories=0)
+        column = replace(column, arrow_type=new_column.arrow_type, pandas_dtype=new_column.pandas_dtype)
+        new_column, array = encode_column(name, pd.Series(as_joined(series.array, joined)), max_categories=0)
     if new_column.kind != column.kind:
-        msg = (
-            f"obs column {name!r} is stored as {column.kind} ({column.arrow_type}); the new cells' column is "
-            f"{new_column.kind} ({series.dtype}): convert it to the stored kind first"
-        )
-        raise InvalidTypeError(msg)
+        raise InvalidTypeError(_kind_changes(column, series, joined))
     try:
         array = array.cast(column.pa_type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -202,54 +241,57 @@ def _encode_like(column: ObsColumn, series: pd.Series) -> tuple[ObsColumn, pa.Ar
             f"be stored as that without loss ({exc}): convert them first"
         )
         raise InvalidTypeError(msg) from exc
-    return column, array
+    return column, array, None
 
 
-def _encode_category_like(column: ObsColumn, series: pd.Series) -> tuple[ObsColumn, pa.Array]:
+def _encode_category_like(
+    column: ObsColumn, series: pd.Series, stored: pd.CategoricalDtype, joined: Any
+) -> tuple[ObsColumn, pa.Array, np.ndarray | None]:
+    """A categorical's new values, in the categories concat gives (and the stored codes' new numbers)."""
     name = column.name
-    stored = list(column.categories or ())
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        given = series.cat.categories.tolist()
-        values = series.astype(object)
-    else:
-        values = series.astype(object)
-        given = pd.unique(values.dropna()).tolist()
-    kind = column.category_type
-    for value in given:
-        if kind is not None and not _same_kind(value, kind):
-            msg = (
-                f"obs column {name!r} has categories of type {kind.__name__}; the new cells' include {value!r} "
-                f"({type(value).__name__}): convert the column to the stored category type first"
-            )
-            raise InvalidTypeError(msg)
-    known = set(stored)
-    added = [_plain(v) for v in given if _plain(v) not in known]
-    if added and column.ordered:
-        msg = (
-            f"obs column {name!r} is an ordered categorical; the new cells bring categories it does not have "
-            f"({added[:5]}), whose place in the order an append cannot choose: add them to the dataset first"
+    if not isinstance(joined, pd.CategoricalDtype):
+        why = (
+            "ordered categoricals join only when their categories are the same, in the same order, and ordered in "
+            "both"
+            if column.ordered or getattr(series.dtype, "ordered", False)
+            else "only categoricals join as a categorical"
         )
+        msg = f"{_kind_changes(column, series, joined)} ({why})"
         raise InvalidValueError(msg)
-    vocabulary = stored + added
-    codes = pd.Categorical(values.map(lambda v: v if pd.isna(v) else _plain(v)), categories=vocabulary).codes
-    n = len(vocabulary)
-    code_type = column.arrow_type
-    wanted = "int8" if n <= 127 else ("int16" if n <= 32767 else "int32")
-    if np.dtype(wanted).itemsize > np.dtype(code_type).itemsize:
-        code_type = wanted
-    grown = replace(column, categories=tuple(vocabulary), arrow_type=code_type)
-    return grown, pa.array(np.asarray(codes).astype(code_type))
+    new_column, array = encode_column(name, pd.Series(as_joined(series.array, joined)), max_categories=2**31 - 1)
+    if column.arrow_type != new_column.arrow_type and _code_width(column) > _code_width(new_column):
+        new_column = replace(new_column, arrow_type=column.arrow_type)  # codes never narrower than stored
+        array = array.cast(new_column.pa_type)
+    positions = joined.categories.get_indexer(stored.categories).astype(np.int64)
+    recode = None if np.array_equal(positions, np.arange(positions.shape[0])) else positions
+    return new_column, array, recode
 
 
-def _plain(value: Any) -> Any:
-    """A category as the schema holds it (numpy scalars as Python ones)."""
-    return value.item() if isinstance(value, np.generic) else value
+def _kind_changes(column: ObsColumn, series: pd.Series, joined: Any) -> str:
+    """Why an append refuses a column whose join changes its kind (what concat would make it, and the fix)."""
+    stored = (
+        f"{'an ordered ' if column.ordered else 'a '}categorical of {len(column.categories or ())} categories"
+        if column.kind == "category"
+        else f"{column.kind} ({column.arrow_type})"
+    )
+    return (
+        f"obs column {column.name!r} is stored as {stored}; anndata.concat of the dataset's cells and the new "
+        f"ones would make it {joined} (the new cells' column is {series.dtype}), which the dataset's column cannot "
+        "hold: convert the new cells' column to the stored kind first"
+    )
 
 
-def _same_kind(value: Any, kind: type) -> bool:
-    value = _plain(value)
-    if kind is bool or isinstance(value, bool):
-        return isinstance(value, bool) and kind is bool
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
+def _same_family(dtype: Any, kind: str) -> bool:
+    """Whether a pandas dtype is stored as obs kind ``kind`` (``"bool"`` or ``"numeric"``)."""
+    is_bool = pd.api.types.is_bool_dtype(dtype)
+    if kind == "bool":
+        return bool(is_bool)
+    return bool(pd.api.types.is_numeric_dtype(dtype)) and not is_bool
+
+
+def _is_text(dtype: Any) -> bool:
+    return isinstance(dtype, pd.StringDtype) or dtype == np.dtype(object)
+
+
+def _code_width(column: ObsColumn) -> int:
+    return int(np.dtype(column.arrow_type).itemsize)
