@@ -216,7 +216,7 @@ def test_bad_strings_name_the_column(tmp_path: Path) -> None:
     ("frame", "error", "match"),
     [
         (pd.DataFrame({0: [1, 2]}), TypeError, "column names must be strings, but column 0"),
-        (pd.DataFrame([[1, 2], [3, 4]], columns=["a", "a"]), ValueError, "'a' appears more than once"),
+        (pd.DataFrame([[1, 2], [3, 4]], columns=["a", "a"]), ValueError, r"Found repeated column names: \['a'\]"),
         (pd.DataFrame({"_index": [1, 2]}), ValueError, "named '_index'"),
         (pd.DataFrame({"a": [1, 2, 3]}), ValueError, "3 rows but the tiles hold 2 cells"),
     ],

@@ -145,6 +145,13 @@ def write_deltacells(
         msg = "append=True adds cells to the dataset and overwrite=True replaces it: pass one of them"
         raise InvalidValueError(msg)
     source = matrix_source(adata, layer=layer, raw=raw)
+    if source.n_cols == 0:
+        msg = (
+            "the counts have no gene (n_vars is 0), and a deltacells dataset holds at least one: every tile "
+            "records its cells' counts over n_genes >= 1 genes (docs/format.md, the tile header). Nothing was "
+            "written; keep such an AnnData with anndata's writers (write_h5ad, write_zarr)"
+        )
+        raise InvalidValueError(msg)
     obs = _obs_to_write(adata, obs_columns, max_categories=max_categories)
     ref = view_parts(adata)[0]
     var = _in_memory(ref.raw.var if raw else ref.var).iloc[source.cols].copy()

@@ -73,13 +73,18 @@ def _unsupported(name: str, dtype: Any, why: str = "") -> str:
 
 
 def encode_index(index: pd.Index) -> tuple[ObsColumn, pa.Array]:
-    """The obs names as column ``_index`` (kind string; docs/format.md, decision 2), every label made a string."""
+    """The obs names as column ``_index`` (kind string; docs/format.md, decision 2), every label made a string.
+
+    A missing name (``None``, NaN, ``pd.NA``) is stored as a null, and read back missing, as
+    :func:`anndata.concat` keeps it (not as the text ``"<NA>"``).
+    """
     if pd.api.types.is_string_dtype(index.dtype) and not index.hasnans:
         values = index.to_numpy(dtype=object)
         if not all(isinstance(v, str) for v in values):
             values = np.array([str(v) for v in values], dtype=object)
     else:
-        values = np.array([str(v) for v in index], dtype=object)
+        missing = np.asarray(index.isna())
+        values = np.array([None if m else str(v) for v, m in zip(index, missing, strict=True)], dtype=object)
     name = index.name if isinstance(index.name, str) else None
     return ObsColumn(INDEX_COLUMN, "string", "string", index_name=name), _string_array(INDEX_COLUMN, values)
 

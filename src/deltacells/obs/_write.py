@@ -246,7 +246,7 @@ def _check_column_names(obs: pd.DataFrame) -> None:
                 "rename that column"
             )
             raise InvalidValueError(msg)
-    duplicated = obs.columns[obs.columns.duplicated()]
-    if len(duplicated):
-        msg = f"obs column names must be unique, but {duplicated[0]!r} appears more than once"
+    duplicated = list(obs.columns[obs.columns.duplicated()])
+    if duplicated:  # anndata's writers' message, word for word (anndata._io.specs.methods)
+        msg = f"Found repeated column names: {duplicated}. Column names must be unique."
         raise InvalidValueError(msg)
