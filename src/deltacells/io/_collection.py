@@ -313,4 +313,7 @@ def _joined(datasets: list[Dataset], stored: list[pd.Index], join: str) -> pd.In
 def _obs_in_memory(store: Any) -> pd.DataFrame:
     """The joined obs as a pandas frame (what :func:`anndata.concat` of the datasets' obs gives)."""
     index = pd.Index(store.take(INDEX_COLUMN), name=store.schema.index_name)
-    return pd.DataFrame({name: store.take(name) for name in store.columns}, index=index, columns=store.columns)
+    columns = {  # each in its joined dtype (pandas 3 would infer str for an object array of strings)
+        name: pd.Series(store.take(name), dtype=store.dtype(name), index=index, copy=False) for name in store.columns
+    }
+    return pd.DataFrame(columns, index=index, columns=store.columns)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import INDEX_COLUMN, OBS_SCHEMA_NAME, ObsColumn, ObsSchema, obs_fingerprint, obs_shard_path
-from deltacells.obs._concat import as_joined, joined_dtype
+from deltacells.obs._concat import as_joined, joined_dtype, renumbered
 from deltacells.obs._decode import to_pandas_values
 from deltacells.obs._dtypes import string_hint
 from deltacells.obs._encode import encode_column, encode_index
@@ -168,8 +168,7 @@ def _recoded(table: pa.Table, recodes: dict[str, np.ndarray]) -> pa.Table:
     for name, positions in recodes.items():
         i = table.schema.get_field_index(name)
         codes = table.column(i).fill_null(-1).to_numpy().astype(np.int64)
-        renumbered = np.where(codes >= 0, positions[np.maximum(codes, 0)], -1)
-        table = table.set_column(i, name, pa.array(renumbered, type=pa.int64()))
+        table = table.set_column(i, name, pa.array(renumbered(codes, positions), type=pa.int64()))
     return table
 
 
@@ -251,8 +250,7 @@ def _encode_category_like(
     name = column.name
     if not isinstance(joined, pd.CategoricalDtype):
         why = (
-            "ordered categoricals join only when their categories are the same, in the same order, and ordered in "
-            "both"
+            "ordered categoricals join only when their categories are the same, in the same order, and ordered in both"
             if column.ordered or getattr(series.dtype, "ordered", False)
             else "only categoricals join as a categorical"
         )

@@ -26,7 +26,7 @@ from deltacells._threads import map_members
 from deltacells.errors import UnknownKeyError
 from deltacells.format import INDEX_COLUMN
 from deltacells.obs._cache import ObsStore
-from deltacells.obs._concat import as_joined, empty_values, joined_dtypes, missing_values
+from deltacells.obs._concat import as_joined, empty_values, joined_dtypes, missing_values, renumbered
 from deltacells.obs._dtypes import default_string_dtype
 
 if TYPE_CHECKING:
@@ -186,8 +186,7 @@ class CollectionObs:
             codes = np.full(cells.shape[0], -1, dtype=np.int64)
             for mine, got, m in parts:
                 if got is not None:
-                    own = np.asarray(got.codes, dtype=np.int64)
-                    codes[mine] = np.where(own >= 0, self._codes[name][m][np.maximum(own, 0)], -1)
+                    codes[mine] = renumbered(np.asarray(got.codes, dtype=np.int64), self._codes[name][m])
             return pd.Categorical.from_codes(codes, dtype=dtype)
         present = [(mine, got) for mine, got, _ in parts if got is not None]
         if len(present) == len(parts) == 1:

@@ -27,7 +27,15 @@ import pandas as pd
 from deltacells import _internals
 from deltacells.errors import InvalidValueError
 
-__all__ = ["as_joined", "empty_values", "joined_column_names", "joined_dtype", "joined_dtypes", "missing_values"]
+__all__ = [
+    "as_joined",
+    "empty_values",
+    "joined_column_names",
+    "joined_dtype",
+    "joined_dtypes",
+    "missing_values",
+    "renumbered",
+]
 
 #: The marker of a frame without the column.
 _MISSING = ("missing",)
@@ -134,7 +142,13 @@ def _recoded(values: pd.Categorical, dtype: pd.CategoricalDtype) -> pd.Categoric
     if (positions[codes[codes >= 0]] < 0).any():
         msg = f"values outside the joined categories {list(dtype.categories)[:5]}"
         raise InvalidValueError(msg)
-    return pd.Categorical.from_codes(np.where(codes >= 0, positions[np.maximum(codes, 0)], -1), dtype=dtype)
+    return pd.Categorical.from_codes(renumbered(codes, positions), dtype=dtype)
+
+
+def renumbered(codes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Category codes ``codes`` renumbered: code ``i`` becomes ``positions[i]``, and -1 (missing) stays -1."""
+    lookup = np.append(np.asarray(positions, dtype=np.int64), -1)  # code -1 picks the trailing -1
+    return lookup[codes]
 
 
 def _distinct(dtypes: list[Any]) -> list[Any]:

@@ -260,7 +260,7 @@ class LazyObs(Dataset2D):
     def __getitem__(self, key: Any) -> Any:
         """A column as a :class:`pandas.Series`, several as a :class:`pandas.DataFrame`, a row mask as a subset."""
         if isinstance(key, Hashable) and not isinstance(key, tuple) and key in self.ds.data_vars:
-            return pd.Series(self._values(key), index=self.index, name=key, copy=False)
+            return _as_series(self._values(key), self.index, key)
         if _is_row_mask(key, len(self)):
             return self.iloc[np.asarray(key, dtype=bool)]
         if _is_name_list(key):
@@ -269,7 +269,7 @@ class LazyObs(Dataset2D):
             if missing:
                 msg = f"{missing} not in the obs columns {list(self.columns)}"
                 raise KeyError(msg)
-            data = {name: self._values(name) for name in names}
+            data = {name: _as_series(self._values(name), self.index, name) for name in names}
             return pd.DataFrame(data, index=self.index, columns=names, copy=False)
         if isinstance(key, Hashable) and not isinstance(key, tuple):
             msg = f"{key!r} is not an obs column; the columns are {list(self.columns)}"
@@ -360,7 +360,7 @@ class LazyObs(Dataset2D):
             return frame if columns is None else frame[names]
         assert self._source is not None
         index = self._source.names(None) if isinstance(cells, slice) else self.index
-        data = {name: self._values(name) for name in names}
+        data = {name: _as_series(self._values(name), index, name) for name in names}
         if not data:
             return pd.DataFrame(index=index)
         return pd.DataFrame(data, index=index, columns=names, copy=False)
@@ -487,3 +487,13 @@ def _describe(dtype: Any) -> str:
     if isinstance(dtype, pd.CategoricalDtype):
         return f"category ({len(dtype.categories)} categories)"
     return str(dtype)
+
+
+def _as_series(values: Any, index: pd.Index, name: Hashable) -> pd.Series:
+    """``values`` as a :class:`pandas.Series` of their own dtype.
+
+    pandas 3 infers ``str`` for an object array of strings; a column of dtype ``object`` (as an eager read gives
+    it) must stay one.
+    """
+    dtype = values.dtype if isinstance(values, np.ndarray) and values.dtype == np.dtype(object) else None
+    return pd.Series(values, index=index, name=name, dtype=dtype, copy=False)
