@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -138,14 +138,14 @@ def open_collection(
         same = width == dataset.n_genes and bool(np.array_equal(columns, np.arange(width)))
         readers.append(dataset if same else dataset.with_columns(columns, width))
     datasets = [dataset for dataset, _, _ in members]
-    tables = [table for _, _, table in members] if var_tables else None
+    tables = [table for _, _, table in members if table is not None] if var_tables else None
     return OpenCollection(Collection(readers), datasets, genes, names, join, var_key, tables)
 
 
 def read_collection(
     sources: Sequence[Any],
     *,
-    join: str,
+    join: Literal["inner", "outer"],
     label: str | None,
     keys: Sequence[str] | None,
     var_key: str | None,

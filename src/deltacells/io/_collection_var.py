@@ -10,19 +10,22 @@ joined on (its var names, or its ``var_key`` column), and the result takes the c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import pandas as pd
 
 from deltacells.errors import InvalidValueError
 
-__all__ = ["MERGES", "check_merge", "merged_var"]
+__all__ = ["MERGES", "Merge", "check_merge", "merged_var"]
 
 #: The strategies of :func:`anndata.concat`'s ``merge`` (``None``: no var column, concat's default).
 MERGES = (None, "same", "unique", "first", "only")
 
+#: What ``merge=`` takes: a strategy's name, a function as :func:`anndata.concat` takes, or None.
+Merge: TypeAlias = Literal["same", "unique", "first", "only"] | Callable[..., Any] | None
 
-def check_merge(merge: Any) -> str | Callable[..., Any] | None:
+
+def check_merge(merge: Any) -> Merge:
     """``merge``, if anndata.concat takes it: one of :data:`MERGES`, or a function of the datasets' var columns.
 
     Raises
@@ -38,7 +41,7 @@ def check_merge(merge: Any) -> str | Callable[..., Any] | None:
 
 
 def merged_var(
-    tables: list[pd.DataFrame] | None, genes: pd.Index, *, join: str, merge: str | Callable[..., Any] | None
+    tables: list[pd.DataFrame] | None, genes: pd.Index, *, join: Literal["inner", "outer"], merge: Merge
 ) -> pd.DataFrame:
     """The collection's var: the join's ``genes``, with the columns ``merge`` keeps of the datasets' ``tables``.
 
@@ -57,6 +60,7 @@ def merged_var(
 
     parts = [ad.AnnData(var=table) for table in tables]
     merged = ad.concat(parts, join=join, merge=merge).var
+    assert isinstance(merged, pd.DataFrame)  # of in-memory gene tables
     var = merged.reindex(genes)  # the same genes (the join), in the collection's order
     var.index = genes
     return var

@@ -82,8 +82,10 @@ def joined_dtype(dtypes: Sequence[Any], *, name: str = "") -> Any:
     unified = _internals.anndata_unified_dtype(present, has_missing=has_missing)
     stand_ins: list[pd.DataFrame] = []
     seen: set[Hashable] = set()
+    unified_key = None if unified is None or unified is object else _key(unified)  # once: the union may be long
     for dtype in dtypes:
-        key = _MISSING if dtype is None else _key(_cast_dtype(dtype, unified))
+        cast = None if dtype is None else _cast_dtype(dtype, unified)
+        key = _MISSING if cast is None else unified_key if cast is unified else _key(cast)
         if key in seen:
             continue
         seen.add(key)
@@ -148,7 +150,8 @@ def _recoded(values: pd.Categorical, dtype: pd.CategoricalDtype) -> pd.Categoric
 def renumbered(codes: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Category codes ``codes`` renumbered: code ``i`` becomes ``positions[i]``, and -1 (missing) stays -1."""
     lookup = np.append(np.asarray(positions, dtype=np.int64), -1)  # code -1 picks the trailing -1
-    return lookup[codes]
+    new: np.ndarray = lookup[codes]
+    return new
 
 
 def _distinct(dtypes: list[Any]) -> list[Any]:
