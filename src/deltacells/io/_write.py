@@ -147,7 +147,7 @@ def write_deltacells(
     source = matrix_source(adata, layer=layer, raw=raw)
     if source.n_cols == 0:
         msg = (
-            "the counts have no gene (n_vars is 0), and a deltacells dataset holds at least one: every tile "
+            "the counts have no gene (n_vars is 0), and a deltacells dataset holds at least one gene: every tile "
             "records its cells' counts over n_genes >= 1 genes (docs/format.md, the tile header). Nothing was "
             "written; keep such an AnnData with anndata's writers (write_h5ad, write_zarr)"
         )
