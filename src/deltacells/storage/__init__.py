@@ -18,7 +18,7 @@ from deltacells.storage._faults import RetryPolicy
 from deltacells.storage._file import StoreFile
 from deltacells.storage._fsspec import FsspecStore
 from deltacells.storage._obstore import ObstoreStore
-from deltacells.storage._open import open_store
+from deltacells.storage._open import STORAGE_CLIENT_VARIABLE, open_store
 from deltacells.storage._prefix import PrefixStore
 from deltacells.storage._zarr import zarr_store
 
@@ -31,6 +31,7 @@ __all__ = [
     "RetryPolicy",
     "StoreFile",
     "open_store",
+    "STORAGE_CLIENT_VARIABLE",
     "zarr_store",
     # a local file or folder flushed to the device
     "fsync_path",
