@@ -221,9 +221,7 @@ def test_403_on_a_tile_names_the_tile_and_credentials(
     assert [record.status for record in faulted] == [403]
 
 
-def test_403_on_the_manifest_names_it(
-    s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]
-) -> None:
+def test_403_on_the_manifest_names_it(s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]) -> None:
     s3_proxy.proxy.add_fault("manifest.json", status=403)
     with pytest.raises(StorageAccessError) as info:
         open_dataset(client(s3_dataset, s3_proxy.storage_options), tile_cache_bytes=0)

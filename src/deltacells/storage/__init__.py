@@ -2,10 +2,10 @@
 
 :class:`BaseStore` is the interface (ranged and concurrent reads, atomic writes, listing, deletion,
 moves), :class:`FsspecStore` implements it for any fsspec URL, :class:`ObstoreStore` through obstore for
-``s3://``, ``gs://`` and ``az://`` buckets (the default there when obstore is installed), :class:`PrefixStore` is a view of one
-prefix of another store, :class:`StoreFile` is a seekable file made of ranged reads (for parquet),
-and :func:`open_store` turns a path, URL or store into a store; :func:`zarr_store` opens a location of
-one as a zarr store (for anndata's elements).
+``s3://``, ``gs://`` and ``az://`` buckets (the default there when obstore is installed),
+:class:`PrefixStore` is a view of one prefix of another store, :class:`StoreFile` is a seekable file made of
+ranged reads (for parquet), and :func:`open_store` turns a path, URL or store into a store;
+:func:`zarr_store` opens a location of one as a zarr store (for anndata's elements).
 Every store pickles to its URL and options (never an open handle or cached
 data), so that dask workers and data-loader processes can each open their own.
 """

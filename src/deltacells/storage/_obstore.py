@@ -10,13 +10,14 @@ process; the :class:`ObstoreStore` pickles to its URL and options, as every stor
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from deltacells._checks import check_integer
@@ -36,7 +37,7 @@ _STORES_LOCK = threading.Lock()
 
 
 def _obstore_store(settings: ObstoreSettings) -> Any:
-    """obstore's store for ``settings``, made once per process (its pool and credentials are shared)."""
+    """Obstore's store for ``settings``, made once per process (its pool and credentials are shared)."""
     key = (os.getpid(), repr((settings.kind, sorted(settings.config.items()), sorted(settings.client.items()))))
     with _STORES_LOCK:
         found = _STORES.get(key)
@@ -78,7 +79,7 @@ class _BotocoreCredentials:
         frozen = credentials.get_frozen_credentials()
         refreshable = getattr(credentials, "refresh_needed", None) is not None
         # botocore refreshes temporary credentials itself: obstore asks again every few minutes
-        expires = datetime.now(timezone.utc) + timedelta(minutes=5) if refreshable else None
+        expires = datetime.now(UTC) + timedelta(minutes=5) if refreshable else None
         return {
             "access_key_id": frozen.access_key,
             "secret_access_key": frozen.secret_key,
@@ -161,7 +162,7 @@ class ObstoreStore(BaseStore):
 
     @property
     def store(self) -> Any:
-        """obstore's store of the bucket, made on first use in each process."""
+        """Obstore's store of the bucket, made on first use in each process."""
         if self._store is None or self._pid != os.getpid():
             self._store = _obstore_store(self.settings)
             self._pid = os.getpid()
@@ -204,7 +205,7 @@ class ObstoreStore(BaseStore):
         key = self._key(path)
         if start is None and end is None:
             return bytes(obstore.get(self.store, key).bytes())
-        if end is not None and end < 0 or (start is not None and start < 0 and end is not None):
+        if (end is not None and end < 0) or (start is not None and start < 0 and end is not None):
             return self._read_sized(key, start, end)
         options: dict[str, Any]
         if end is None:
@@ -266,13 +267,13 @@ class ObstoreStore(BaseStore):
         names.update(str(meta["path"])[len(base) :] for meta in found["objects"])
         return sorted(name.strip("/") for name in names if name.strip("/"))
 
-    def _keys_under(self, path: str) -> list[str]:
+    def _keys_under(self, path: str) -> builtins.list[str]:
         """Every object key under prefix ``path`` (not ``path`` itself)."""
         import obstore
 
         key = self._key(path)
 
-        def collect() -> list[str]:
+        def collect() -> builtins.list[str]:
             return [str(meta["path"]) for meta in obstore.list(self.store, key or None).collect()]
 
         return [name for name in self._retrying(path, collect) if name != key]
@@ -421,7 +422,7 @@ def _tag(meta: Mapping[str, Any]) -> str:
 
 
 def _update_mode(tag: str) -> dict[str, str]:
-    """obstore's put mode that updates the object only if it is still at version tag ``tag``."""
+    """Obstore's put mode that updates the object only if it is still at version tag ``tag``."""
     e_tag, _, version = tag.partition("#")
     mode = {"e_tag": e_tag}
     if version:
@@ -429,7 +430,5 @@ def _update_mode(tag: str) -> dict[str, str]:
     return mode
 
 
-def _rebuild(
-    url: str, storage_options: dict[str, Any], io_concurrency: int | None, retry: RetryPolicy
-) -> ObstoreStore:
+def _rebuild(url: str, storage_options: dict[str, Any], io_concurrency: int | None, retry: RetryPolicy) -> ObstoreStore:
     return ObstoreStore(url, storage_options, io_concurrency=io_concurrency, retry=retry)

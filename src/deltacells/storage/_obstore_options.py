@@ -165,7 +165,7 @@ def _take(options: dict[str, Any], key: str) -> Any:
 
 
 def _s3(options: dict[str, Any], settings: ObstoreSettings, client: dict[str, Any]) -> None:
-    """s3fs's options into ``settings`` and ``client``; what it maps is removed from ``options``."""
+    """The options of s3fs into ``settings`` and ``client``; what it maps is removed from ``options``."""
     config = settings.config
     client_kwargs = dict(_take(options, "client_kwargs") or {})
     credentials = {
@@ -213,7 +213,7 @@ def _s3(options: dict[str, Any], settings: ObstoreSettings, client: dict[str, An
 
 
 def _gcs(options: dict[str, Any], settings: ObstoreSettings) -> None:
-    """gcsfs's options into ``settings``; what it maps is removed from ``options``."""
+    """The options of gcsfs into ``settings``; what it maps is removed from ``options``."""
     config = settings.config
     options.pop("project", None)  # names the project of new buckets; object requests do not need it
     token = options.pop("token", None)
@@ -243,7 +243,7 @@ _AZURE = {
 
 
 def _azure(options: dict[str, Any], settings: ObstoreSettings) -> None:
-    """adlfs's options into ``settings``; what it maps is removed from ``options``."""
+    """The options of adlfs into ``settings``; what it maps is removed from ``options``."""
     for ours, theirs in _AZURE.items():
         value = options.pop(ours, None)
         if value:
