@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from deltacells.errors import InvalidValueError
+from deltacells.errors import InvalidValueError, UnmappedOptionError
 from deltacells.storage import FsspecStore, ObstoreStore, open_store
-from deltacells.storage._obstore_options import UnmappedOptionError, obstore_settings
+from deltacells.storage._obstore_options import obstore_settings
 
 pytest.importorskip("obstore")
 

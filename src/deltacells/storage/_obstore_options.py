@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from deltacells.errors import InvalidValueError
+from deltacells.errors import InvalidValueError, UnmappedOptionError
 
 __all__ = [
     "OBSTORE_PROTOCOLS",
     "ObstoreSettings",
-    "UnmappedOptionError",
     "obstore_settings",
     "split_url",
 ]
@@ -64,10 +63,6 @@ _FSSPEC_CACHING = frozenset(
         "fixed_upload_size",
     }
 )
-
-
-class UnmappedOptionError(InvalidValueError):
-    """A storage option that obstore's configuration cannot express (fsspec's filesystem understands it)."""
 
 
 @dataclass

@@ -8,11 +8,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from deltacells.errors import InvalidValueError
+from deltacells.errors import InvalidValueError, UnmappedOptionError
 from deltacells.storage._base import BaseStore
 from deltacells.storage._fsspec import FsspecStore
 from deltacells.storage._obstore import ObstoreStore
-from deltacells.storage._obstore_options import OBSTORE_PROTOCOLS, UnmappedOptionError
+from deltacells.storage._obstore_options import OBSTORE_PROTOCOLS
 
 __all__ = ["STORAGE_CLIENT_VARIABLE", "open_store"]
 
