@@ -185,3 +185,13 @@ def test_importing_deltacells_does_not_import_obstore() -> None:
 
     code = "import sys, deltacells, deltacells.storage; sys.exit('obstore' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_version_tags_and_put_modes() -> None:
+    """A tag is the ETag, and the version where the store keeps one (GCS's generation): both go to the update."""
+    from deltacells.storage._obstore import _tag, _update_mode
+
+    assert _tag({"e_tag": '"abc"', "version": None}) == '"abc"'
+    assert _update_mode(_tag({"e_tag": '"abc"', "version": None})) == {"e_tag": '"abc"'}
+    tag = _tag({"e_tag": "CJ2", "version": "1700000000000001"})
+    assert _update_mode(tag) == {"e_tag": "CJ2", "version": "1700000000000001"}
