@@ -9,7 +9,8 @@ that every substitution a page uses, and every figure ``README.md`` marks, is de
 
 Each JSON is written by one benchmark (``nox -s bench`` runs them all; the module of each function below names
 its benchmark): ``decode-*.json`` by ``bench_decode.py``, ``levels.json`` by ``bench_levels.py``,
-``object-storage.json`` by ``bench_object_storage.py``, ``loader.json`` by ``bench_loader.py``.
+``object-storage.json`` by ``bench_object_storage.py``, ``s3-clients.json`` by ``bench_s3_clients.py``,
+``collection-open.json`` by ``bench_collection_open.py``, ``loader.json`` by ``bench_loader.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def figures(data: Path) -> dict[str, str]:
         **_decode_figures([_load(data, name) for name in DECODE_RUNS], _load(data, "levels.json")),
         **_level_figures(_load(data, "levels.json")),
         **_object_storage_figures(_load(data, "object-storage.json")),
+        **_s3_client_figures(_load(data, "s3-clients.json"), _load(data, "collection-open.json")),
         **_loader_figures(_load(data, "loader.json")),
         **_gene_order_figures(_load(data, "gene-order.json"), _load(data, "row-sort.json")),
         **_cold_start_figures([_load(data, name) for name in COLD_START_RUNS]),
@@ -188,6 +190,33 @@ def _object_storage_figures(run: dict[str, Any]) -> dict[str, str]:
         out[f"object_storage_{name}_subset_requests"] = f"{place[smallest]['requests']:,}"
         out[f"object_storage_{name}_subset_share"] = f"{place[smallest]['share_of_tile_bytes']:.1%}"
     out.update(_chunking_figures(run))
+    return out
+
+
+def _s3_client_figures(run: dict[str, Any], opened: dict[str, Any]) -> dict[str, str]:
+    """The two clients of s3:// URLs: ``bench_s3_clients.py``'s scans, ``bench_collection_open.py``'s opens."""
+    quick = ", a `--quick` run that the full run replaces" if run.get("quick") else ""
+    out = {
+        "s3_clients_run": f"{run['started'][:10]}{quick}",
+        "s3_clients_cells": f"{run['n_cells']:,}",
+        "s3_clients_tiles": f"{run['n_tiles']:,}",
+        "s3_clients_tile_mib": f"{run['tile_bytes'] / 2**20:.1f}",
+        "s3_clients_latency_ms": f"{run['latency_s'] * 1e3:g}",
+        "s3_clients_repeat": f"{run['repeat']}",
+        "s3_clients_local_scan_s": f"{run['local_scan_s']:.2f}",
+    }
+    for client, row in run["clients"].items():
+        out[f"s3_clients_{client}_scan_s"] = f"{row['scan_s']:.2f}"
+        out[f"s3_clients_{client}_vs_local"] = f"{row['scan_vs_local']:.2f}"
+        out[f"s3_clients_{client}_scan_cpu_per_get_ms"] = f"{row['scan_cpu_per_get_ms']:.2f}"
+        out[f"s3_clients_{client}_fetch_cpu_per_get_ms"] = f"{row['fetch_cpu_per_get_ms']:.2f}"
+        out[f"s3_clients_{client}_server_per_get_ms"] = f"{row['server_cpu_per_get_ms']:.1f}"
+    out["collection_open_datasets"] = f"{opened['datasets']:,}"
+    for client, row in opened.get("clients", {}).items():
+        out[f"collection_open_{client}_s"] = f"{row['seconds']:.1f}"
+        out[f"collection_open_{client}_client_cpu_ms"] = f"{row['client_cpu_per_dataset_ms']:.1f}"
+        out[f"collection_open_{client}_server_cpu_s"] = f"{row['server_cpu_s']:.1f}"
+        out[f"collection_open_{client}_requests"] = f"{row['requests']:,}"
     return out
 
 

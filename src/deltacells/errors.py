@@ -28,6 +28,7 @@ __all__ = [
     "StorageAccessError",
     "StorageError",
     "StorageTimeoutError",
+    "UnmappedOptionError",
     "UnsupportedPlatformError",
     "warn",
     "warn_renamed",
@@ -78,6 +79,14 @@ class InvalidValueError(DeltaCellsError, ValueError):
     """A value passed to deltacells that it cannot use (counts that are not counts, an option out of range...).
 
     The message names the value and says what to do instead.
+    """
+
+
+class UnmappedOptionError(InvalidValueError):
+    """A storage option that obstore's configuration cannot express: the URL opens with fsspec instead.
+
+    Raised by ``ObstoreStore`` (``open_store`` then opens an ``FsspecStore``, which understands every option of its
+    filesystem); the message names the option.
     """
 
 

@@ -25,7 +25,7 @@ from deltacells.core import _append as append_module
 from deltacells.core._commit import read_for_commit, roll_forward
 from deltacells.errors import CommitConflictError
 from deltacells.format import tile_path
-from deltacells.storage import FsspecStore
+from deltacells.storage import BaseStore, FsspecStore, ObstoreStore
 from deltacells.validate import validate_dataset
 
 BASE = 20  # cells written before the appenders start
@@ -33,8 +33,21 @@ PER_WRITER = 45  # cells each appender adds (not a multiple of the tile size: ev
 TILE = 16
 
 
-def test_write_if_on_s3(s3_bucket: S3Bucket) -> None:
-    store = FsspecStore(f"{s3_bucket.url}/x", s3_bucket.storage_options)
+#: The two clients of s3:// URLs: the conditional writes and the late movers run with each (the other tests open
+#: URLs, which get obstore's client where it is installed).
+CLIENTS = {"fsspec": FsspecStore, "obstore": ObstoreStore}
+
+
+@pytest.fixture(params=list(CLIENTS))
+def client(request: pytest.FixtureRequest) -> type[BaseStore]:
+    """The store class of one client (obstore's skipped where it is not installed)."""
+    if request.param == "obstore":
+        pytest.importorskip("obstore")
+    return CLIENTS[request.param]
+
+
+def test_write_if_on_s3(s3_bucket: S3Bucket, client: type[FsspecStore]) -> None:
+    store = client(f"{s3_bucket.url}/x", s3_bucket.storage_options)
     first = store.write_if("m.json", b"1", version=None)
     with pytest.raises(CommitConflictError, match="another writer committed first"):
         store.write_if("m.json", b"2", version=None)  # If-None-Match: * on an existing object
@@ -113,15 +126,16 @@ def test_concurrent_appenders(
     _assert_holds(url, options, [0, *succeeded], [BASE] + [PER_WRITER] * len(succeeded), any_order=True)
 
 
-class LateMover(FsspecStore):
+class LateMover(BaseStore):
     """A store whose first write to (or removal of) ``late`` or anything under it waits for :attr:`go`.
 
     It stands for a mover whose request reaches the server late: a copy on the server that read its source and
-    writes after a pause, a conditional write sent and delayed, a removal sent and delayed.
+    writes after a pause, a conditional write sent and delayed, a removal sent and delayed. A mixin: made with
+    :func:`late_store` over one client's store class.
     """
 
     def __init__(self, url: str, options: dict[str, Any], late: str) -> None:
-        super().__init__(url, options)
+        super().__init__(url, options)  # type: ignore[call-arg]
         self.late = late
         self.reached = threading.Event()
         self.go = threading.Event()
@@ -149,9 +163,15 @@ class LateMover(FsspecStore):
         super().delete(path)
 
 
+def late_store(mixin: type[LateMover], client: type[BaseStore], url: str, options: dict[str, Any], late: str) -> Any:
+    """A store of ``client``'s class with the stalls of ``mixin`` (the store pickles as the client's)."""
+    cls = type(f"{mixin.__name__}{client.__name__}", (mixin, client), {})
+    return cls(url, options, late)
+
+
 @pytest.mark.parametrize("late", ["last tile", "obs shard", "anndata.zarr part"])
 def test_a_late_mover_never_puts_back_an_older_version(
-    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, late: str
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, late: str, client: type[BaseStore]
 ) -> None:
     """A mover of commit 1, delayed, lands after another writer finished commit 1 and committed 2 on top."""
     url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
@@ -167,7 +187,7 @@ def test_a_late_mover_never_puts_back_an_older_version(
         "obs shard": max(p for p in commit.objects if p.startswith("obs/") and p.endswith(".parquet")),
         "anndata.zarr part": next(p for p in commit.objects if p.startswith("anndata.zarr/")),
     }[late]
-    mover = LateMover(url, options, target)
+    mover = late_store(LateMover, client, url, options, target)
     errors: list[BaseException] = []
     thread = _move_late(mover, manifest, version, commit, errors)
     # another writer finishes commit 1 and commits 2, which writes the late object's place again (or not)
@@ -209,7 +229,7 @@ class LateHead(LateMover):
 
 
 def test_an_append_never_commits_on_top_of_a_pending_commit(
-    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, client: type[BaseStore]
 ) -> None:
     """An appender finishes every pending commit it reads, also one committed while it finished another.
 
@@ -238,7 +258,7 @@ def test_an_append_never_commits_on_top_of_a_pending_commit(
             deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
         manifest, version, commit = read_for_commit(FsspecStore(url, options))
         assert commit.pending
-        mover = LateHead(url, options, tile_path(manifest.n_tiles - 1))  # ... and its mover is slow
+        mover = late_store(LateHead, client, url, options, tile_path(manifest.n_tiles - 1))  # ... and is slow
         slow.append((mover, _move_late(mover, manifest, version, commit, errors)))
 
     monkeypatch.setattr(append_module, "roll_forward", finish_while_another_commits)

@@ -23,7 +23,7 @@ import deltacells
 from deltacells.core import open_dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import DatasetNotFoundError, StorageAccessError, StorageError, StorageTimeoutError
-from deltacells.storage import FsspecStore
+from deltacells.storage import BaseStore, FsspecStore, ObstoreStore
 from deltacells.storage._faults import RetryPolicy
 
 if TYPE_CHECKING:
@@ -85,6 +85,18 @@ _EXPECTED_READ = Counter(
 )
 
 
+#: The two clients of s3:// URLs: tests of faults, timeouts and pickling run with each.
+CLIENTS = {"fsspec": FsspecStore, "obstore": ObstoreStore}
+
+
+@pytest.fixture(params=list(CLIENTS))
+def client(request: pytest.FixtureRequest) -> type[BaseStore]:
+    """The store class of one client (obstore's skipped where it is not installed)."""
+    if request.param == "obstore":
+        pytest.importorskip("obstore")
+    return CLIENTS[request.param]
+
+
 def _with_config(options: dict[str, Any], **config: Any) -> dict[str, Any]:
     """s3fs ``options`` with ``config`` merged into their ``config_kwargs``."""
     return {**options, "config_kwargs": {**(options.get("config_kwargs") or {}), **config}}
@@ -117,7 +129,7 @@ def test_botocore_checks_no_response_unless_asked(
         if asked is None
         else _with_config(s3_proxy.storage_options, response_checksum_validation=asked)
     )
-    ds = open_dataset(s3_dataset, storage_options=options, tile_cache_bytes=0)
+    ds = open_dataset(FsspecStore(s3_dataset, options), tile_cache_bytes=0)
     assert sum(tile.n_cells for _, tile in ds.iter_tiles()) == ds.n_cells
     client = ds.store.fs.s3  # s3fs's botocore client, made by the reads above
     assert client.meta.config.response_checksum_validation == (asked or "when_required")
@@ -193,8 +205,10 @@ def _tile_url(dataset_url: str) -> str:
     return f"{dataset_url}/{FAULTY_NAME}"
 
 
-def test_403_on_a_tile_names_the_tile_and_credentials(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
-    ds = open_dataset(s3_dataset, storage_options=s3_proxy.storage_options, tile_cache_bytes=0)
+def test_403_on_a_tile_names_the_tile_and_credentials(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]
+) -> None:
+    ds = open_dataset(client(s3_dataset, s3_proxy.storage_options), tile_cache_bytes=0)
     s3_proxy.proxy.add_fault(FAULTY_NAME, status=403)
     with pytest.raises(StorageAccessError) as info:
         ds.read_rows(FAULTY_ROWS)
@@ -207,10 +221,10 @@ def test_403_on_a_tile_names_the_tile_and_credentials(s3_proxy: ProxiedS3Bucket,
     assert [record.status for record in faulted] == [403]
 
 
-def test_403_on_the_manifest_names_it(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
+def test_403_on_the_manifest_names_it(s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]) -> None:
     s3_proxy.proxy.add_fault("manifest.json", status=403)
     with pytest.raises(StorageAccessError) as info:
-        open_dataset(s3_dataset, storage_options=s3_proxy.storage_options, tile_cache_bytes=0)
+        open_dataset(client(s3_dataset, s3_proxy.storage_options), tile_cache_bytes=0)
     # a refusal is not an absent dataset: StorageAccessError, not DatasetNotFoundError
     assert not isinstance(info.value, DatasetNotFoundError)
     assert f"{s3_dataset}/manifest.json" in str(info.value)
@@ -219,8 +233,10 @@ def test_403_on_the_manifest_names_it(s3_proxy: ProxiedS3Bucket, s3_dataset: str
     assert [(r.method, r.status) for r in s3_proxy.proxy.requests()] == [("GET", 403)]
 
 
-def test_transient_503_is_retried(s3_proxy: ProxiedS3Bucket, s3_dataset: str, source: ad.AnnData) -> None:
-    store = FsspecStore(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=4, backoff=0.01))
+def test_transient_503_is_retried(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, source: ad.AnnData, client: type[FsspecStore]
+) -> None:
+    store = client(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=4, backoff=0.01))
     ds = open_dataset(store, tile_cache_bytes=0).with_gene_order("original")  # reads gene_order.npy
     s3_proxy.proxy.add_fault(FAULTY_NAME, status=503, times=2)
     rows = ds.read_rows(FAULTY_ROWS)
@@ -230,8 +246,10 @@ def test_transient_503_is_retried(s3_proxy: ProxiedS3Bucket, s3_dataset: str, so
     assert statuses == [503, 503, 206]
 
 
-def test_persistent_503_gives_storage_error_after_the_attempts(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
-    store = FsspecStore(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=3, backoff=0.01))
+def test_persistent_503_gives_storage_error_after_the_attempts(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]
+) -> None:
+    store = client(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=3, backoff=0.01))
     ds = open_dataset(store, tile_cache_bytes=0)
     s3_proxy.proxy.add_fault(FAULTY_NAME, status=503)
     with pytest.raises(StorageError) as info:
@@ -244,8 +262,10 @@ def test_persistent_503_gives_storage_error_after_the_attempts(s3_proxy: Proxied
 
 
 @pytest.mark.timeout(60)
-def test_hung_tile_times_out_by_the_policy(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
-    store = FsspecStore(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=2, backoff=0.01, timeout=1.0))
+def test_hung_tile_times_out_by_the_policy(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]
+) -> None:
+    store = client(s3_dataset, s3_proxy.storage_options, retry=RetryPolicy(attempts=2, backoff=0.01, timeout=1.0))
     ds = open_dataset(store, tile_cache_bytes=0)
     s3_proxy.proxy.add_fault(FAULTY_NAME, hang=True)
     with pytest.raises(StorageTimeoutError) as info:
@@ -259,9 +279,11 @@ def test_hung_tile_times_out_by_the_policy(s3_proxy: ProxiedS3Bucket, s3_dataset
 
 
 @pytest.mark.timeout(60)
-def test_hung_tile_times_out_by_storage_options(s3_proxy: ProxiedS3Bucket, s3_dataset: str) -> None:
+def test_hung_tile_times_out_by_storage_options(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, client: type[FsspecStore]
+) -> None:
     options = _with_config(s3_proxy.storage_options, read_timeout=1, connect_timeout=1)
-    store = FsspecStore(s3_dataset, options, retry=RetryPolicy(attempts=2, backoff=0.01))  # default timeout=120
+    store = client(s3_dataset, options, retry=RetryPolicy(attempts=2, backoff=0.01))  # default timeout=120
     ds = open_dataset(store, tile_cache_bytes=0)
     s3_proxy.proxy.add_fault(FAULTY_NAME, hang=True)
     with pytest.raises(StorageTimeoutError) as info:
@@ -326,10 +348,13 @@ def test_pickled_lazy_x_reads_the_same(
     assert per_object == Counter({f"tiles/tile_{i:06d}.dct": 1 for i in range(N_TILES)})
 
 
-def test_pickled_dataset_reads_the_same(s3_proxy: ProxiedS3Bucket, s3_dataset: str, source: ad.AnnData) -> None:
-    store = FsspecStore(s3_dataset, s3_proxy.storage_options, io_concurrency=3)
+def test_pickled_dataset_reads_the_same(
+    s3_proxy: ProxiedS3Bucket, s3_dataset: str, source: ad.AnnData, client: type[FsspecStore]
+) -> None:
+    store = client(s3_dataset, s3_proxy.storage_options, io_concurrency=3)
     ds = open_dataset(store, tile_cache_bytes=0).with_gene_order("original")
     copy = pickle.loads(pickle.dumps(ds))
+    assert type(copy.store) is client
     assert copy.store.url == s3_dataset
     assert copy.store.io_concurrency == 3
     assert copy.store.storage_options == s3_proxy.storage_options

@@ -4,8 +4,9 @@ Every store turns the errors of its filesystem into deltacells errors that name 
 (:func:`translate`), and retries the transient ones with backoff (:class:`RetryPolicy`). fsspec
 filesystems raise different things for the same event (s3fs: ``PermissionError``, ``OSError(EREMOTEIO)``
 for S3's ``InternalError``; fsspec's HTTP filesystem: aiohttp's ``ClientResponseError`` with the
-status; botocore: its own timeout classes), so the classification looks at the type, the errno and the
-HTTP status the exception carries.
+status; botocore: its own timeout classes; obstore: its own classes, the status and the cause in the message
+of Rust's ``object_store``), so the classification looks at the type, the errno and the HTTP status the
+exception carries.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
+import re
 from dataclasses import dataclass
 
 from deltacells.errors import (
@@ -23,7 +25,7 @@ from deltacells.errors import (
     StorageTimeoutError,
 )
 
-__all__ = ["RetryPolicy", "is_transient", "translate"]
+__all__ = ["RetryPolicy", "is_transient", "response_status", "translate"]
 
 #: HTTP statuses worth another try: server errors, throttling, gateway timeouts.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -53,8 +55,32 @@ _TRANSIENT_NAMES = frozenset(
 )
 
 
+#: How Rust's ``object_store`` (obstore) words a response's status in its errors' messages.
+_OBJECT_STORE_STATUS = re.compile(r"status code: (\d{3})")
+
+#: What ``object_store`` (obstore) says of a request that timed out, or of a connection that failed.
+_OBJECT_STORE_TIMEOUT = ("timed out", "TimedOut", "deadline has elapsed")
+_OBJECT_STORE_CONNECTION = ("error sending request", "connection closed", "Connection refused", "connection reset")
+
+
+def _from_obstore(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("obstore")
+
+
+def response_status(exc: BaseException) -> int | None:
+    """The HTTP status of the response a failed request got, as the exception (or what caused it) tells it."""
+    for e in _chain(exc):
+        status = _status(e)
+        if status is not None:
+            return status
+    return None
+
+
 def _status(exc: BaseException) -> int | None:
-    """The HTTP status an exception carries (aiohttp's ``status``, botocore's ``response``), if any."""
+    """The HTTP status an exception carries (aiohttp's ``status``, botocore's ``response``, obstore's message)."""
+    if _from_obstore(exc):
+        found = _OBJECT_STORE_STATUS.search(str(exc))
+        return int(found.group(1)) if found else None
     status = getattr(exc, "status", None)
     if isinstance(status, int):
         return status
@@ -78,7 +104,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def is_timeout(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a request that got no answer in time."""
     return any(
-        isinstance(e, TimeoutError | asyncio.TimeoutError) or type(e).__name__ in {"ReadTimeoutError", "FSTimeoutError"}
+        isinstance(e, TimeoutError | asyncio.TimeoutError)
+        or type(e).__name__ in {"ReadTimeoutError", "FSTimeoutError"}
+        or (_from_obstore(e) and any(text in str(e) for text in _OBJECT_STORE_TIMEOUT))
         for e in _chain(exc)
     )
 
@@ -92,6 +120,8 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if type(e).__name__ in _TRANSIENT_NAMES:
             return True
+        if _from_obstore(e) and _status(e) is None:
+            return is_timeout(e) or any(text in str(e) for text in _OBJECT_STORE_CONNECTION)
         status = _status(e)
         if status is not None:
             return status in TRANSIENT_STATUSES

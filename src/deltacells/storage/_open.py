@@ -1,16 +1,40 @@
-"""Turning what a user passes (a path, a URL or a store) into a store."""
+"""Turning what a user passes (a path, a URL or a store) into a store: obstore's for buckets, fsspec's otherwise."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from deltacells.errors import InvalidValueError
+from deltacells.errors import InvalidValueError, UnmappedOptionError
 from deltacells.storage._base import BaseStore
 from deltacells.storage._fsspec import FsspecStore
+from deltacells.storage._obstore import ObstoreStore
+from deltacells.storage._obstore_options import OBSTORE_PROTOCOLS
 
-__all__ = ["open_store"]
+__all__ = ["STORAGE_CLIENT_VARIABLE", "open_store"]
+
+#: The environment variable that chooses the client of ``s3://``, ``gs://`` and ``az://`` URLs: ``obstore``
+#: (always: an error if it is not installed or an option does not map), ``fsspec`` (always), or ``auto`` (the
+#: default: obstore when it is installed and every option maps, else fsspec).
+STORAGE_CLIENT_VARIABLE = "DELTACELLS_STORAGE_CLIENT"
+
+_CLIENTS = ("auto", "obstore", "fsspec")
+
+
+@functools.cache
+def _obstore_installed() -> bool:
+    return importlib.util.find_spec("obstore") is not None
+
+
+def _client() -> str:
+    chosen = os.environ.get(STORAGE_CLIENT_VARIABLE, "auto").strip().lower() or "auto"
+    if chosen not in _CLIENTS:
+        msg = f"{STORAGE_CLIENT_VARIABLE}={chosen!r}: give one of {', '.join(_CLIENTS)}"
+        raise InvalidValueError(msg)
+    return chosen
 
 
 def open_store(
@@ -33,7 +57,10 @@ def open_store(
     Returns
     -------
     BaseStore
-        ``url_or_store`` itself if it is a store, else an :class:`FsspecStore`.
+        ``url_or_store`` itself if it is a store; for an ``s3://``, ``s3a://``, ``gs://``, ``gcs://`` or ``az://``
+        URL an :class:`ObstoreStore` when obstore is installed and every storage option maps to its
+        configuration; else an :class:`FsspecStore`. The environment variable ``DELTACELLS_STORAGE_CLIENT``
+        (``fsspec``, ``obstore``, ``auto``) forces one client.
 
     Raises
     ------
@@ -48,4 +75,16 @@ def open_store(
             )
             raise InvalidValueError(msg)
         return url_or_store
-    return FsspecStore(url_or_store, storage_options, io_concurrency=io_concurrency)
+    url = os.fspath(url_or_store)
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    client = _client() if scheme in OBSTORE_PROTOCOLS else "fsspec"
+    if client == "obstore" and not _obstore_installed():
+        msg = f"{STORAGE_CLIENT_VARIABLE}=obstore, but obstore is not installed: pip install obstore"
+        raise InvalidValueError(msg)
+    if client == "obstore" or (client == "auto" and _obstore_installed()):
+        try:
+            return ObstoreStore(url, storage_options, io_concurrency=io_concurrency)
+        except UnmappedOptionError:
+            if client == "obstore":
+                raise
+    return FsspecStore(url, storage_options, io_concurrency=io_concurrency)
