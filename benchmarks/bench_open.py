@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": {"seconds": TARGET_S, "mb": TARGET_MB},
         "sources": {name: _source(python) for name, python in pythons.items()},
         "rows": {},
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
     with tempfile.TemporaryDirectory(prefix="bench-open-") as tmp:
         workdir = args.workdir or Path(tmp)
