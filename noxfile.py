@@ -153,6 +153,7 @@ BENCHMARKS: list[tuple[str, str | None, list[str]]] = [
     ("bench_tile_cache", "tile-cache.json", []),  # 2 minutes
     ("bench_scale", "scale.json", [*SCALE_SIZES, "--fractions", "0.0001", "0.001", "--repeat", "1"]),  # 2 hours
     ("bench_atlas_idioms", "atlas-idioms.json", ["--cells", "10M"]),  # 20 minutes
+    ("bench_open", "open.json", []),  # 10 minutes (--baseline <another checkout's python> for before/after)
     ("bench_extras", "extras.json", ["--atlas-cells", "2M"]),  # 5 minutes
     ("bench_collection", "collection.json", []),  # 15 minutes
     ("bench_collection_open", "collection-open.json", ["--datasets", "1000", "--latency", "0.03"]),  # 3 minutes

@@ -8,8 +8,9 @@ that of pool tile ``choice[t]``: each pool tile has its own mix of cell types, s
 cells in many tiles, though not in all, and in different numbers. Obs shards are built one at a time with
 pyarrow, exactly as ``deltacells.obs.write_obs`` lays them out (its ``_shard_bytes``, the schema that its
 ``encode_index`` / ``encode_column`` make, ``obs_fingerprint``): :func:`check_obs_matches_writer` compares
-them byte for byte with what ``write_obs`` writes for the same table. ``gene_order.npy`` and
-``var_names.txt`` are written as ``DatasetWriter`` writes them, and ``manifest.json`` last.
+them byte for byte with what ``write_obs`` writes for the same table. The manifest's metadata says that the
+obs names are unique (they are, by construction), as ``DatasetWriter`` says it of names it found unique.
+``gene_order.npy`` and ``var_names.txt`` are written as ``DatasetWriter`` writes them, and ``manifest.json`` last.
 
 Memory is bounded by the pool and two obs shards (about 50 MB per shard of 1,000 tiles), whatever the size.
 """
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 #: Changes whenever the builder makes different bytes for the same parameters (so --keep rebuilds).
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: the manifest says the obs names are unique, as the writer does
 
 #: Cell types of the ``cell_type`` column (the vocabulary, in this order).
 CELL_TYPES = (
@@ -221,7 +222,7 @@ def check_obs_matches_writer(built: Built) -> bool:
 
     import pandas as pd
 
-    from deltacells.format import OBS_SCHEMA_NAME, Manifest
+    from deltacells.format import OBS_SCHEMA_NAME, Manifest, obs_names_unique
     from deltacells.obs import write_obs
     from deltacells.storage import open_store
 
@@ -242,6 +243,7 @@ def check_obs_matches_writer(built: Built) -> bool:
         and result.shard_sha256 == manifest.obs_shard_sha256
         and result.shard_bytes == manifest.obs_shard_bytes
         and result.fingerprint == manifest.obs_fingerprint
+        and result.names_unique == obs_names_unique(manifest.metadata)
     )
 
 
@@ -272,6 +274,7 @@ def build(params: Params, workdir: Path, *, reuse: bool, log: Any = print) -> Bu
         VAR_NAMES_NAME,
         Manifest,
         tile_path,
+        with_obs_names_unique,
     )
 
     root = workdir / params.key()
@@ -340,7 +343,7 @@ def build(params: Params, workdir: Path, *, reuse: bool, log: Any = print) -> Bu
         zstd_level=params.level,
         has_gene_order=True,
         has_var_names=True,
-        metadata={"bench_scale": asdict(params)},
+        metadata=with_obs_names_unique({"bench_scale": asdict(params)}, True),  # "c000000123": unique
         **obs_fields,
     )
     tmp = path / (MANIFEST_NAME + ".tmp")

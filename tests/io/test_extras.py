@@ -7,6 +7,7 @@ wherever the counts were (X, a layer, raw); large elements come back lazily, and
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,17 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
+import zarr
 from anndata.tests.helpers import assert_equal
 from scipy import sparse
 
 import deltacells
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import FormatError
-from deltacells.format import EXTRAS_NAME
-from deltacells.io import _extras
+from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME
+from deltacells.io import _extras, _zarr_batch
+from deltacells.io._extras import collect_extras, write_extras
+from deltacells.storage import FsspecStore, open_store
 
 da = pytest.importorskip("dask.array")
 
@@ -304,3 +308,97 @@ def test_the_counts_in_a_layer_are_found_by_the_loader_and_read_obs(tmp_path: Pa
     assert (counts != adata.layers["counts"][10:110].astype(np.float32)).nnz == 0
     frame = deltacells.read_obs(got, ["donor"])
     assert frame["donor"].tolist() == adata.obs["donor"].tolist()
+
+
+# ---------------------------------------------------------------------- written in memory, stored in one pass
+# The elements in memory go through a zarr group in memory, then every object is stored at once by the dataset's
+# store (deltacells.io._zarr_batch); the others (dask arrays, elements past the budget) are written in place after
+# them. Either way the group holds byte for byte what anndata's writer into a zarr group on the disk makes.
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _in_place(root: Path, elements: dict[str, Any]) -> None:
+    """What ``write_extras`` wrote before it batched: anndata's writer into a zarr group on the disk, consolidated."""
+    group = zarr.open_group(zarr.storage.LocalStore(root), mode="w", zarr_format=EXTRAS_FORMAT)
+    for path, value in elements.items():
+        mapping, _, key = path.rpartition("/")
+        items = value.items() if path == "uns" else [(key, value)]
+        mapping = "uns" if path == "uns" else mapping
+        if mapping and mapping not in group:
+            ad.io.write_elem(group, mapping, {})
+        for name, item in items:
+            ad.io.write_elem(group[mapping] if mapping else group, name, item)
+    zarr.consolidate_metadata(zarr.storage.LocalStore(root), zarr_format=EXTRAS_FORMAT)
+
+
+@pytest.mark.parametrize("budget", [None, 0, 20_000], ids=["all in memory", "all in place", "some of each"])
+def test_the_objects_are_those_zarr_writes_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int | None
+) -> None:
+    if budget is not None:
+        monkeypatch.setattr(_zarr_batch, "BATCH_BYTES", budget)
+    adata = full_anndata()
+    counts, elements = collect_extras(adata, layer="counts", raw=False)
+    stored = write_extras(open_store(tmp_path / "ds"), counts, elements)
+    assert stored.elements == tuple(elements)
+    _in_place(tmp_path / "reference", elements)
+    got, expected = _files(tmp_path / "ds" / EXTRAS_NAME), _files(tmp_path / "reference")
+    assert sorted(got) == sorted(expected)
+    assert got == expected
+
+
+@pytest.mark.parametrize("budget", [None, 20_000])
+def test_round_trip_with_a_dask_element(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int | None) -> None:
+    if budget is not None:
+        monkeypatch.setattr(_zarr_batch, "BATCH_BYTES", budget)
+    adata = full_anndata()
+    adata.obsm["X_dask"] = da.from_array(np.arange(adata.n_obs * 3, dtype=np.float64).reshape(-1, 3), chunks=(50, 3))
+    deltacells.write_deltacells(adata, tmp_path / "ds", layer="counts", progress=False, tile_size=64)
+    expected = adata.copy()
+    expected.obsm["X_dask"] = adata.obsm["X_dask"].compute()
+    assert_same(read_back(tmp_path / "ds", tmp_path / "cache"), expected)
+
+
+def test_element_bytes() -> None:
+    size = _zarr_batch.element_bytes
+    assert size(np.zeros((10, 3))) == 240
+    assert size(sparse.csr_matrix(np.eye(4, dtype=np.float32))) == 4 * 4 + 4 * 4 + 5 * 4  # int32 indices
+    frame = pd.DataFrame({"a": np.zeros(5), "s": list("abcde")})
+    assert size(frame) >= 5 * 8 + 5 * 8  # the numbers, and at least a pointer a string
+    assert size({"x": np.zeros(2), "y": "text"}) == 16 + size("text")
+    assert size(da.zeros(10)) is None  # not in memory
+    assert size({"lazy": da.zeros(10)}) is None
+    assert size(object()) is None  # unknown here: written in place
+
+
+def test_the_budget_takes_elements_while_it_lasts() -> None:
+    budget = _zarr_batch.BatchBudget(1000)
+    assert budget.takes(np.zeros(100))  # 800 bytes
+    assert not budget.takes(np.zeros(100))  # 800 more: past the budget
+    assert budget.takes(np.zeros(10))  # 80: still fits
+    assert not budget.takes(da.zeros(2))  # unknown size: never
+
+
+class _FailingStore(FsspecStore):
+    """A local store whose writes of one object fail."""
+
+    def submit_write(self, path: str, data: bytes) -> Future[None]:
+        if path.endswith("obsm/X_pca/.zarray"):
+            future: Future[None] = Future()
+            future.set_exception(OSError(f"cannot write {path}"))
+            return future
+        return super().submit_write(path, data)
+
+
+def test_a_failed_write_is_raised_and_no_manifest_is_written(tmp_path: Path) -> None:
+    adata = full_anndata()
+    counts, elements = collect_extras(adata, layer="counts", raw=False)
+    with pytest.raises(OSError, match=r"obsm/X_pca/\.zarray"):
+        write_extras(_FailingStore(tmp_path / "ds"), counts, elements)
+    store = _FailingStore(tmp_path / "whole")
+    with pytest.raises(OSError, match=r"obsm/X_pca/\.zarray"):
+        deltacells.write_deltacells(adata, store, layer="counts", progress=False)
+    assert not (tmp_path / "whole" / "manifest.json").exists()

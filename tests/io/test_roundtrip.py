@@ -98,7 +98,8 @@ def test_uns_entry(roundtrip, small_adata, cache_dir):
     assert entry["tile_size"] == 64
     assert entry["n_chunks"] == 3
     assert entry["zstd_level"] == 5
-    assert entry["metadata"] == {"source": "test", "n": 3}
+    # the user's, and the writer's word that the obs names are unique (metadata.deltacells.obs_names_unique)
+    assert entry["metadata"] == {"source": "test", "n": 3, "deltacells": {"obs_names_unique": True}}
     assert entry["cache_dir"] == str(cache_dir)
     assert entry["obs_fingerprint"] == manifest.obs_fingerprint
     assert len(entry["obs_fingerprint"]) == 24

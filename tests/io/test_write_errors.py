@@ -314,13 +314,14 @@ def test_options_take_effect(source, new_path, cache_dir):
     assert m.obs_tiles_per_file == 3
     assert sorted(p.name for p in (path / "obs").glob("obs_*.parquet")) == [f"obs_000{i}.parquet" for i in range(3)]
     assert len(m.obs_shard_bytes) == 3
-    assert m.metadata == metadata
+    written = {**metadata, "deltacells": {"obs_names_unique": True}}  # the writer's word beside the user's
+    assert m.metadata == written
     schema = json.loads((path / "obs" / "schema.json").read_text())
     kinds = {c["name"]: c["kind"] for c in schema["columns"]}
     assert kinds["barcode"] == "string"  # more than max_categories: stored as strings
     assert kinds["cell_type"] == "category"
     got = deltacells.read_deltacells(path, cache_dir=cache_dir)
-    assert got.uns["deltacells"]["metadata"] == metadata
+    assert got.uns["deltacells"]["metadata"] == written
     assert got.uns["deltacells"]["n_chunks"] == 3 and got.uns["deltacells"]["zstd_level"] == 2
     assert list(got.obs["barcode"]) == [f"bc{i}" for i in range(N_CELLS)]
     assert not isinstance(got.obs["barcode"].dtype, pd.CategoricalDtype)
@@ -342,9 +343,10 @@ def test_metadata_with_nulls(source, new_path, cache_dir):
     path = new_path()
     metadata = {"a": None, "b": [1, "x"]}
     deltacells.write_deltacells(source, path, metadata=metadata, progress=False)
-    assert deltacells.open_dataset(path).manifest.metadata == metadata
+    written = {**metadata, "deltacells": {"obs_names_unique": True}}  # the writer's word beside the user's
+    assert deltacells.open_dataset(path).manifest.metadata == written
     got = deltacells.read_deltacells(path, cache_dir=cache_dir)
-    assert json.loads(got.uns["deltacells"]["metadata"]) == metadata
+    assert json.loads(got.uns["deltacells"]["metadata"]) == written
 
 
 @pytest.mark.parametrize(

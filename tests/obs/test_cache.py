@@ -64,6 +64,27 @@ def test_cache_layout_and_files(dataset: ObsDataset, cache: Path) -> None:
     assert verified["shards"] == {str(i): sha for i, sha in enumerate(dataset.manifest.obs_shard_sha256)}
 
 
+def test_a_shard_in_memory_is_read_in_one_call_not_a_row_group_at_a_time(
+    dataset: ObsDataset, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    row_group_reads: list[int] = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self: pq.ParquetFile, i: int, *args: object, **kwargs: object) -> pa.Table:
+        row_group_reads.append(i)
+        return read_row_group(self, i, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    obs = dataset.open(cache)
+    frame = obs.to_dataframe()
+    assert row_group_reads == []
+    pd.testing.assert_frame_equal(frame, dataset.frame)
+    with pa.memory_map(str(_file(obs, "cell_type"))) as source:  # still one record batch per tile
+        reader = pa.ipc.open_file(source)
+        rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+    assert rows == dataset.tile_cells.tolist()
+
+
 def test_column_file_names() -> None:
     assert column_file_name("a/b") == "a%2Fb.arrow"
     assert column_file_name("x y") == "x%20y.arrow"

@@ -30,6 +30,7 @@ from deltacells.format import (
     VAR_NAMES_NAME,
     VAR_TABLE_NAME,
     Manifest,
+    with_obs_names_unique,
 )
 from deltacells.storage import BaseStore, PrefixStore, open_store
 from deltacells.tiles import (
@@ -342,6 +343,7 @@ class DatasetWriter:
             obs_tiles_per_file=self.obs_tiles_per_file,
             max_categories=self.max_categories,
         )
+        self.metadata = with_obs_names_unique(self.metadata, result.names_unique)  # readers need not check again
         return result.manifest_fields()
 
     def _write_sidecars(self) -> None:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         obs_shard_path,
         tile_path,
     )
+    from deltacells.format._obs_names import OBS_NAMES_UNIQUE, obs_names_unique, with_obs_names_unique
     from deltacells.format._obs_schema import (
         CATEGORY_ARROW_TYPES,
         INDEX_COLUMN,
@@ -137,6 +138,9 @@ _LAZY = {
     "NUMERIC_ARROW_TYPES": "deltacells.format._obs_schema",
     "OBS_FORMAT_NAME": "deltacells.format._obs_schema",
     "OBS_FORMAT_VERSION": "deltacells.format._obs_schema",
+    "OBS_NAMES_UNIQUE": "deltacells.format._obs_names",
+    "obs_names_unique": "deltacells.format._obs_names",
+    "with_obs_names_unique": "deltacells.format._obs_names",
     "ObsColumn": "deltacells.format._obs_schema",
     "ObsSchema": "deltacells.format._obs_schema",
     "arrow_type": "deltacells.format._obs_schema",
@@ -180,6 +184,7 @@ __all__ = [
     "OBS_DIR",
     "OBS_FORMAT_NAME",
     "OBS_FORMAT_VERSION",
+    "OBS_NAMES_UNIQUE",
     "OBS_SCHEMA_NAME",
     "SIDECAR_FLAGS",
     "SIDECAR_NAMES",
@@ -222,10 +227,12 @@ __all__ = [
     "first_problem_raises",
     "missing_tile",
     "obs_fingerprint",
+    "obs_names_unique",
     "obs_shard_path",
     "problem_from_error",
     "shard_tiles",
     "tile_path",
+    "with_obs_names_unique",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from deltacells.errors import InvalidTypeError, warn
 from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, Extras
 from deltacells.io._combine_parts import combine_parts
+from deltacells.io._zarr_batch import BatchBudget, store_objects
 from deltacells.storage import zarr_store
 
 if TYPE_CHECKING:
@@ -66,37 +67,80 @@ def write_extras(
     """Write ``elements`` with anndata's element writer into ``anndata.zarr`` in ``store``; consolidate its metadata.
 
     ``group_path`` is the group's path in ``store`` (an append writes a part of its own under ``anndata.zarr``).
+    The elements in memory are written into a zarr group in memory first, then stored in one concurrent pass
+    (:mod:`deltacells.io._zarr_batch`), the consolidated metadata with them; the others (dask arrays, elements
+    beyond :data:`~deltacells.io._zarr_batch.BATCH_BYTES`) are then written in place, and the metadata
+    consolidated there. Either way the objects are those zarr writes.
 
     Raises
     ------
     InvalidTypeError
         For an element anndata cannot write, naming it (what was written is left for the caller to remove).
     """
-    import anndata as ad
     import zarr
+    import zarr.storage
 
-    location = zarr_store(store, group_path, read_only=False)
-    group = zarr.open_group(location, mode="w", zarr_format=EXTRAS_FORMAT)
-    for path, value in elements.items():
-        mapping, _, key = path.rpartition("/")
-        if path == "uns":  # key by key, so that an error names the key
-            mapping, items = "uns", value.items()
-        else:
-            items = [(key, value)]
-        if mapping and mapping not in group:
-            ad.io.write_elem(group, mapping, {})  # an anndata dict, so that anndata reads the mapping whole too
-        for name, item in items:
-            try:
-                ad.io.write_elem(group[mapping] if mapping else group, name, item)
-            except Exception as exc:
-                msg = (
-                    f"adata.{_attribute(f'{mapping}/{name}' if mapping else name)} cannot be stored by anndata's "
-                    f"element writer ({type(exc).__name__}: {exc}); remove it, or pass extras=False to store the "
-                    "counts, obs and var only"
-                )
-                raise InvalidTypeError(msg) from exc
-    zarr.consolidate_metadata(location, zarr_format=EXTRAS_FORMAT)
+    items = _items(elements)
+    budget = BatchBudget()
+    in_memory = [budget.takes(value) for _, _, value in items]
+    objects: dict[str, Any] = {}
+    memory = zarr.storage.MemoryStore(objects)
+    group = zarr.open_group(memory, mode="w", zarr_format=EXTRAS_FORMAT)
+    for mapping in dict.fromkeys(mapping for mapping, _, _ in items if mapping):  # every mapping, even one not here
+        _write_element(group, "", mapping, {})  # an anndata dict, so that anndata reads the mapping whole too
+    _write_elements(group, [item for item, here in zip(items, in_memory, strict=True) if here])
+    in_place = [item for item, here in zip(items, in_memory, strict=True) if not here]
+    if not in_place:
+        zarr.consolidate_metadata(memory, zarr_format=EXTRAS_FORMAT)
+    store_objects(store, group_path, objects)
+    del objects, memory, group
+    if in_place:
+        location = zarr_store(store, group_path, read_only=False)
+        _write_elements(zarr.open_group(location, mode="r+", zarr_format=EXTRAS_FORMAT), in_place)
+        zarr.consolidate_metadata(location, zarr_format=EXTRAS_FORMAT)
     return Extras(counts=counts, elements=tuple(elements), zarr_format=EXTRAS_FORMAT)
+
+
+def _items(elements: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """``(mapping, name, value)`` for each element, ``uns`` key by key (so that an error names the key)."""
+    items: list[tuple[str, str, Any]] = []
+    for path, value in elements.items():
+        if path == "uns":
+            items += [("uns", name, item) for name, item in value.items()]
+        else:
+            mapping, _, name = path.rpartition("/")
+            items.append((mapping, name, value))
+    return items
+
+
+def _write_elements(group: Any, items: list[tuple[str, str, Any]]) -> None:
+    """Each ``(mapping, name, value)`` of ``items`` written into ``group``, whose mappings' groups exist."""
+    parents = {"": group}
+    for mapping, name, value in items:
+        if mapping not in parents:  # opened once (reading its metadata), not once an element
+            parents[mapping] = group[mapping]
+        _write_element(parents[mapping], mapping, name, value)
+
+
+def _write_element(parent: Any, mapping: str, name: str, value: Any) -> None:
+    """``anndata.io.write_elem`` of ``value`` as ``name`` in ``parent``, the group of ``mapping`` (or the root).
+
+    Raises
+    ------
+    InvalidTypeError
+        Naming the element, if anndata cannot write it.
+    """
+    import anndata as ad
+
+    try:
+        ad.io.write_elem(parent, name, value)
+    except Exception as exc:
+        msg = (
+            f"adata.{_attribute(f'{mapping}/{name}' if mapping else name)} cannot be stored by anndata's "
+            f"element writer ({type(exc).__name__}: {exc}); remove it, or pass extras=False to store the "
+            "counts, obs and var only"
+        )
+        raise InvalidTypeError(msg) from exc
 
 
 def open_extras(store: BaseStore, extras: Extras, *, consolidated: bool = True, group: str = EXTRAS_NAME) -> Any:

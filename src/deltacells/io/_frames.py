@@ -11,6 +11,7 @@ import pandas as pd
 
 from deltacells._checks import check_names
 from deltacells.errors import UnknownKeyError
+from deltacells.format import obs_names_unique
 from deltacells.io._names import default_names
 from deltacells.io._var_frame import string_values, var_frame
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "default_names_of",
     "in_column_order",
+    "names_known_unique",
     "obs_store_and_columns",
     "read_gene_keys",
     "read_obs_frame",
@@ -116,6 +118,20 @@ def read_obs_frame(
     if not obs_names:
         frame.index = default_names_of(n_cells)
     return frame
+
+
+def names_known_unique(dataset: Dataset, *, obs_names: bool, var: pd.DataFrame | None) -> bool:
+    """Whether the obs names :func:`read_obs_frame` gives and the var names are known to be unique, unchecked.
+
+    The obs names are ``"0" .. "n-1"`` (``obs_names=False``, or a dataset without obs), or the stored names
+    when the writer found them unique (:func:`deltacells.format.obs_names_unique`); the var names (``None``:
+    anndata's default ones) are checked here, where they are few. Then anndata need not hash every obs name
+    again to find what is known (``anndata.settings.check_uniqueness``); otherwise it checks, and warns, as
+    for any AnnData.
+    """
+    manifest = dataset.manifest
+    obs_unique = not obs_names or not manifest.has_obs or obs_names_unique(manifest.metadata)
+    return obs_unique and (var is None or bool(var.index.is_unique))
 
 
 def in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:

@@ -18,7 +18,14 @@ from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._assemble import anndata_parts, counts_location, counts_of
 from deltacells.io._collection import is_collection, read_collection
 from deltacells.io._dask import dataset_for, parse_chunks, source_of
-from deltacells.io._frames import default_names_of, in_column_order, obs_store_and_columns, read_obs_frame, read_var
+from deltacells.io._frames import (
+    default_names_of,
+    in_column_order,
+    names_known_unique,
+    obs_store_and_columns,
+    read_obs_frame,
+    read_var,
+)
 from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
 from deltacells.io._lazy_obs import LazyObs, add_lazy_columns, lazy_obs_frame
 from deltacells.io._sources import view_parts
@@ -209,7 +216,9 @@ def read_deltacells(
             adata = ad.AnnData(obs=obs, **parts)
     else:
         obs = read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
-        adata = ad.AnnData(obs=obs, **parts)
+        known = names_known_unique(dataset, obs_names=obs_names, var=parts.get("var"))
+        with ad.settings.override(check_uniqueness=not known):  # a million names hashed again for nothing
+            adata = ad.AnnData(obs=obs, **parts)
     if raw is not None:
         adata.raw = raw
     adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)

@@ -4,7 +4,8 @@
 caller decodes, each in as few concurrent requests as it can: a shard to check is read whole in blocks
 (``store.read_many``) and its size and SHA-256 checked; any other shard costs one ranged read of its tail
 (the footer) and then the coalesced column chunks of the columns asked for. :func:`tile_columns` reads the
-row groups of a fetched shard from memory and checks them against the schema and manifest.
+columns of a fetched shard from memory (a shard held whole in one call, else row group by row group), checks
+them against the schema and manifest, and gives them tile by tile.
 """
 
 from __future__ import annotations
@@ -299,8 +300,8 @@ def _unreadable(store: BaseStore, fetched: FetchedShard, exc: BaseException) -> 
 
 
 @contextlib.contextmanager
-def _open_parquet(store: BaseStore, fetched: FetchedShard) -> Iterator[pq.ParquetFile]:
-    """A ParquetFile over the whole shard in memory, or over the ranges of it that were read."""
+def _open_parquet(store: BaseStore, fetched: FetchedShard) -> Iterator[tuple[pq.ParquetFile, bool]]:
+    """A ParquetFile over the whole shard in memory, or over the ranges of it that were read; whether whole."""
     with contextlib.ExitStack() as stack:
         whole = fetched.blob if fetched.blob is not None else fetched.parts.get((0, fetched.size))
         if whole is not None:  # checked, or a shard so small that the read of its tail holds it whole
@@ -315,7 +316,7 @@ def _open_parquet(store: BaseStore, fetched: FetchedShard) -> Iterator[pq.Parque
             if isinstance(exc, FileNotFoundError):
                 raise
             raise _unreadable(store, fetched, exc) from exc
-        yield parquet
+        yield parquet, whole is not None
 
 
 def tile_columns(
@@ -326,6 +327,13 @@ def tile_columns(
     names: list[str],
 ) -> Iterator[tuple[int, dict[str, pa.Array]]]:
     """Yield ``(tile, {name: values})`` for each tile of a fetched shard, reading only the columns ``names``.
+
+    A shard held whole in memory has its columns read in one call, checked once, and cut into the tiles'
+    rows (slices, no copy): reading row group after row group costs a call of pyarrow's each, which was most
+    of localizing a column of many small tiles. Such a shard that fails a check is read again row group by
+    row group, for the error to name the row group and tile at fault. A shard of which only some ranges were
+    read (over the network) is read row group by row group: pyarrow reads a column of several row groups as
+    one range, gaps included, which were not fetched.
 
     Parameters
     ----------
@@ -342,31 +350,79 @@ def tile_columns(
         Naming the shard and the field at fault, for a layout that differs from the schema and manifest or
         category codes out of range.
     """
-    name = fetched.name
     fields: ManifestFields = manifest.to_fields()
-    with _open_parquet(store, fetched) as parquet:
+    with _open_parquet(store, fetched) as (parquet, in_memory):
         first_problem_raises(check_shard_layout(parquet, fetched.shard, schema, fields), store.url)
-        for group, tile in enumerate(shard_tiles(fields, fetched.shard)):
-            at = f"row group {group} (tile {tile}): "
-            try:
-                table = parquet.read_row_group(group, columns=names, use_threads=False)
-            except (pa.ArrowException, OSError) as exc:
-                if isinstance(exc, FileNotFoundError):
-                    raise
-                raise Problem(name, f"{at}cannot be read ({exc})").to_exception(store.url) from exc
-            out: dict[str, pa.Array] = {}
-            for column_name in names:
-                column = schema.column(column_name)
-                chunks = table.column(column_name)
-                values = chunks.combine_chunks() if chunks.num_chunks != 1 else chunks.chunk(0)
-                if len(values) != int(manifest.tile_cells[tile]) or values.type != column.pa_type:
-                    problem = Problem(
-                        name,
-                        f"{at}column {column_name!r} read as {len(values)} values of {values.type}, expected "
-                        f"{int(manifest.tile_cells[tile])} of {column.arrow_type}",
-                    )
-                    raise problem.to_exception(store.url)
-                if column.kind == "category":
-                    first_problem_raises(check_codes(column, values, name, at), store.url)
-                out[column_name] = values
-            yield tile, out
+        tiles = shard_tiles(fields, fetched.shard)
+        whole = _read_whole(parquet, manifest, schema, tiles, names) if in_memory else None
+        if whole is None:  # read in ranges, or something is wrong (found row group by row group)
+            yield from _row_groups(store, manifest, schema, fetched, parquet, names)  # raises on a bad one
+            return
+        start = 0
+        for tile in tiles:
+            rows = int(manifest.tile_cells[tile])
+            yield tile, {name: _one_array(values.slice(start, rows)) for name, values in whole.items()}
+            start += rows
+
+
+def _read_whole(
+    parquet: pq.ParquetFile, manifest: Manifest, schema: ObsSchema, tiles: range, names: list[str]
+) -> dict[str, pa.ChunkedArray] | None:
+    """The columns ``names`` of every row group at once, or None when they cannot be read or fail a check."""
+    try:
+        table = parquet.read(columns=names, use_threads=False)  # pyarrow's threads: more memory kept, no faster
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        return None
+    rows = int(manifest.tile_cells[tiles.start : tiles.stop].sum())
+    columns: dict[str, pa.ChunkedArray] = {}
+    for name in names:
+        column = schema.column(name)
+        values = table.column(name)
+        if len(values) != rows or values.type != column.pa_type:
+            return None
+        if column.kind == "category" and next(check_codes(column, values, "", ""), None) is not None:
+            return None
+        columns[name] = values
+    return columns
+
+
+def _one_array(values: pa.ChunkedArray) -> pa.Array:
+    """A tile's slice of a column as one array: a view when it lies in one chunk of the column read."""
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+
+
+def _row_groups(
+    store: BaseStore,
+    manifest: Manifest,
+    schema: ObsSchema,
+    fetched: FetchedShard,
+    parquet: pq.ParquetFile,
+    names: list[str],
+) -> Iterator[tuple[int, dict[str, pa.Array]]]:
+    """:func:`tile_columns` one row group at a time, each checked: the first that fails a check raises."""
+    name = fetched.name
+    for group, tile in enumerate(shard_tiles(manifest.to_fields(), fetched.shard)):
+        at = f"row group {group} (tile {tile}): "
+        try:
+            table = parquet.read_row_group(group, columns=names, use_threads=False)
+        except (pa.ArrowException, OSError) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise Problem(name, f"{at}cannot be read ({exc})").to_exception(store.url) from exc
+        out: dict[str, pa.Array] = {}
+        for column_name in names:
+            column = schema.column(column_name)
+            values = _one_array(table.column(column_name))
+            if len(values) != int(manifest.tile_cells[tile]) or values.type != column.pa_type:
+                problem = Problem(
+                    name,
+                    f"{at}column {column_name!r} read as {len(values)} values of {values.type}, expected "
+                    f"{int(manifest.tile_cells[tile])} of {column.arrow_type}",
+                )
+                raise problem.to_exception(store.url)
+            if column.kind == "category":
+                first_problem_raises(check_codes(column, values, name, at), store.url)
+            out[column_name] = values
+        yield tile, out

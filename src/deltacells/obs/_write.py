@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltacells._checks import check_integer
@@ -49,6 +50,9 @@ class ObsWriteResult:
         The obs fingerprint (24 hex characters).
     schema
         The schema written to ``obs/schema.json``.
+    names_unique
+        Whether the stored obs names (column ``_index``) are all different: what the manifest's metadata
+        says for readers (:func:`deltacells.format.with_obs_names_unique`), so that they need not check.
     """
 
     obs_tiles_per_file: int
@@ -56,6 +60,7 @@ class ObsWriteResult:
     shard_sha256: tuple[str, ...]
     fingerprint: str
     schema: ObsSchema
+    names_unique: bool = False
 
     def manifest_fields(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~deltacells.Manifest` that describe this obs."""
@@ -117,6 +122,8 @@ def write_obs(
     _check_column_names(obs)
 
     encoded = [encode_index(obs.index)]
+    names = encoded[0][1]
+    names_unique = len(pc.unique(names)) == len(names)  # the names as stored (every label made a string)
     encoded += [
         encode_column(name, obs.iloc[:, i], max_categories=max_categories) for i, name in enumerate(obs.columns)
     ]
@@ -148,6 +155,7 @@ def write_obs(
         shard_sha256=tuple(shard_sha256),
         fingerprint=obs_fingerprint(schema_text, cells.tolist(), shard_sha256),
         schema=schema,
+        names_unique=names_unique,
     )
 
 
