@@ -12,6 +12,7 @@ from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import _codes, _engine
+from deltacells.codec._batch import frame_sizes_ok, plain_chunks, try_decode_run
 from deltacells.codec._crc import crc32
 from deltacells.codec._engine import chunk_table_ok
 from deltacells.codec._frames import decompress_frame, decompress_scratch, frame_content_size
@@ -354,12 +355,23 @@ class CheckedTile:
         out_data: np.ndarray,
         columns: np.ndarray | None = None,
     ) -> bool:
-        """Decode ``chunks`` one after the other into their parts of the tile's output arrays (a unit of work).
+        """Decode ``chunks`` into their parts of the tile's output arrays (a unit of work).
 
-        See :meth:`decode_into`; returns whether a count exceeds 2^24.
+        See :meth:`decode_into`; returns whether a count exceeds 2^24. The small chunks without exceptions
+        (most of them) are decoded together, in one kernel call (``codec._batch``); the others, and all of
+        them if that finds a problem, one after the other, each raising what is wrong with it.
         """
+        numbers = np.fromiter(chunks, dtype=np.int64) if not isinstance(chunks, np.ndarray) else chunks
+        numbers = numbers.astype(np.int64, copy=False)
+        plain = plain_chunks(self.table, numbers)
+        if plain.any():
+            run = numbers[plain]
+            args = (self.source, self.table, run, self.indptr, self.n_genes, out_indices, out_data, columns)
+            whole = self.source.view if isinstance(self.source, BlobSource) else None
+            if try_decode_run(*args, whole=whole):
+                numbers = numbers[~plain]
         large = False
-        for chunk in chunks:
+        for chunk in numbers.tolist():
             large |= self.decode_chunk(chunk, out_indices, out_data, columns)
         return large
 
@@ -438,7 +450,8 @@ def check_tile_bytes(blob: bytes | bytearray | memoryview, *, name: str = "tile"
     table = read_chunk_table(view, header)
     check_table(table, indptr, header, name)
     source = BlobSource(view)
-    _check_frame_sizes(source, table, range(header.n_chunks), name)
+    if not frame_sizes_ok(view, table):  # one kernel call; else (or to say what is wrong) frame by frame
+        _check_frame_sizes(source, table, range(header.n_chunks), name)
     return CheckedTile(header, indptr, table, source, name)
 
 
