@@ -12,7 +12,7 @@ from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import _codes, _engine
-from deltacells.codec._batch import frame_sizes_ok, plain_chunks, try_decode_run
+from deltacells.codec._batch import RUN_MAX_CHUNK_NNZ, frame_sizes_ok, plain_chunks, try_decode_run
 from deltacells.codec._crc import crc32
 from deltacells.codec._engine import chunk_table_ok
 from deltacells.codec._frames import decompress_frame, decompress_scratch, frame_content_size
@@ -363,13 +363,15 @@ class CheckedTile:
         """
         numbers = np.fromiter(chunks, dtype=np.int64) if not isinstance(chunks, np.ndarray) else chunks
         numbers = numbers.astype(np.int64, copy=False)
-        plain = plain_chunks(self.table, numbers)
-        if plain.any():
-            run = numbers[plain]
-            args = (self.source, self.table, run, self.indptr, self.n_genes, out_indices, out_data, columns)
-            whole = self.source.view if isinstance(self.source, BlobSource) else None
-            if try_decode_run(*args, whole=whole):
-                numbers = numbers[~plain]
+        # The writer's chunks hold about equal nonzeros: those of a tile whose chunks average twice a run's bound
+        # are not looked at (the look costs microseconds of the GIL, for each unit of a dense tile).
+        if self.nnz <= 2 * RUN_MAX_CHUNK_NNZ * max(1, self.header.n_chunks):
+            plain = plain_chunks(self.table, numbers)
+            if plain.any():
+                args = (self.source, self.table, numbers[plain], self.indptr, self.n_genes, out_indices, out_data)
+                whole = self.source.view if isinstance(self.source, BlobSource) else None
+                if try_decode_run(*args, columns, whole=whole):
+                    numbers = numbers[~plain]
         large = False
         for chunk in numbers.tolist():
             large |= self.decode_chunk(chunk, out_indices, out_data, columns)

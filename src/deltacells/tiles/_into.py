@@ -139,10 +139,11 @@ def read_tiles_into(
                 if pool is None:
                     large |= _decode_chunks(reader, tile, checked, range(n_chunks), indices, data, columns)
                 else:
-                    work = (reader, tile, checked)
-                    units = work_units(checked.table, np.arange(n_chunks))
-                    futures = [pool.submit(_decode_chunks, *work, unit, indices, data, columns) for unit in units]
-                    decodes.extend(futures)
+                    for unit in work_units(checked.table, np.arange(n_chunks)):
+                        futures.append(pool.submit(_decode_chunks, reader, tile, checked, unit, indices, data, columns))
+                        decodes.append(futures[-1])
+                        while len(decodes) > UNITS_AHEAD_PER_THREAD * n_threads:  # a unit done for each one queued
+                            large |= decodes.popleft().result()
                 if buffer is not None:
                     held.append((buffer, futures))
                 counted(n_chunks)
