@@ -23,7 +23,7 @@ from deltacells._kernel_loading import load_compiled_kernels
 from deltacells.codec import _batch, _kernels
 from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, HEADER_SIZE, NNZ_HI, NNZ_LO, TileHeader, read_chunk_table
 from deltacells.core import open_dataset
-from deltacells.errors import FormatError
+from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path
 from deltacells.tiles import _into
 from deltacells.tiles._into import tile_groups
@@ -215,3 +215,23 @@ def test_the_first_malformed_tile_is_named(copy: Path, monkeypatch: pytest.Monke
     for _ in range(3):
         with pytest.raises(FormatError, match=tile_path(30)):
             open_dataset(copy, threads=2, tile_cache_bytes=0).read_rows()
+
+
+def test_a_malformed_tile_before_a_missing_one_is_named_first(copy: Path) -> None:
+    """Tile 30 malformed, tile 50 missing, one group: the first in order is named, as reading them in turn does."""
+    assert len(tile_groups(open_dataset(copy).manifest.tile_nnz)) == 1
+    _rewrite(copy / tile_path(30), _declare_another_size)
+    (copy / tile_path(50)).unlink()
+    with pytest.raises(FormatError, match=tile_path(30)):
+        open_dataset(copy, threads=2, tile_cache_bytes=0).read_rows()
+    with pytest.raises(MissingObjectError, match="tile 50"):
+        open_dataset(copy, threads=2, tile_cache_bytes=0).read_rows(slice(31 * TILE, N_CELLS))
+
+
+def test_a_group_of_tiles_without_small_chunks(write_dataset: Callable[..., Path]) -> None:
+    """Every chunk with a count above 65535 (a value exception): the group's run has nothing to decode."""
+    matrix = sparse.csr_matrix(np.array([[70_000, 0, 3], [0, 2**24 + 1, 0]] * 100, dtype=np.int64))
+    path = write_dataset(matrix, tile_size=50, n_chunks=2)
+    for threads in (1, 2):
+        got = open_dataset(path, threads=threads).read_rows(dtype=np.int64)
+        assert (got != matrix).nnz == 0

@@ -17,7 +17,8 @@ it always raised, naming the tile, chunk and stream.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zstandard
@@ -26,13 +27,22 @@ from deltacells._kernel_loading import compiled_kernels
 from deltacells.codec._codes import OK
 from deltacells.codec._engine import read_only
 from deltacells.codec._frames import decompressor
-from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, GEXC_LEN, NNZ_HI, NNZ_LO, VALS_LEN, VALS_OFF, VEXC_LEN
+from deltacells.codec._layout import (
+    GAPS_LEN,
+    GAPS_OFF,
+    GEXC_LEN,
+    NNZ_HI,
+    NNZ_LO,
+    VALS_LEN,
+    VALS_OFF,
+    VEXC_LEN,
+)
 from deltacells.errors import FormatError, InvalidValueError
 
 if TYPE_CHECKING:
     from deltacells.codec._decode import ByteSource
 
-__all__ = ["frame_sizes_ok", "plain_chunks", "try_decode_run"]
+__all__ = ["frame_sizes_ok", "plain_chunks", "try_decode_run", "try_decode_tiles"]
 
 #: Chunks of at most this many nonzeros are decoded in runs. A larger chunk costs its nonzeros' time, not the
 #: Python around it (about 10 microseconds, 2 ns a nonzero of such a chunk), and is decoded on its own, its
@@ -101,19 +111,88 @@ def try_decode_run(
     """
     if not compiled_kernels():
         return False
-    from deltacells.codec import _kernels
-
     chunks = read_only(chunks)
     streams = _decompressed(source, whole, table, chunks)
     if streams is None:
         return False
-    outputs = (out_indices, out_data, columns)
-    code, _, _ = _kernels.decode_chunk_run(streams, table, chunks, indptr, n_genes, *outputs, sort)
+    tiles = read_only(np.zeros(chunks.shape[0], dtype=np.int64))
+    indptr_starts = read_only(np.array([0, indptr.shape[0]], dtype=np.int64))
+    layout = (tiles, read_only(indptr), indptr_starts, _ZERO)
+    return _run(streams, table, chunks, *layout, n_genes, out_indices, out_data, columns, sort)
+
+
+def try_decode_tiles(
+    whole: memoryview,
+    offsets: np.ndarray,
+    tables: Sequence[np.ndarray],
+    indptrs: Sequence[np.ndarray],
+    n_genes: int,
+    out_indices: np.ndarray,
+    out_data: np.ndarray,
+    out_starts: np.ndarray,
+    columns: np.ndarray | None,
+) -> tuple[bool, list[np.ndarray]]:
+    """Decode the plain chunks of several checked tiles lying side by side in ``whole``, in one kernel call.
+
+    Parameters
+    ----------
+    whole
+        The tiles' objects one after the other: tile ``t`` at byte ``offsets[t]`` (its frames' sizes checked).
+    offsets
+        ``int64``: where each tile starts in ``whole``.
+    tables, indptrs, n_genes
+        Each tile's checked chunk table and row pointers, and their genes.
+    out_indices, out_data, out_starts
+        The output arrays; tile ``t``'s nonzeros go from ``out_starts[t]``.
+    columns
+        As for ``CheckedTile.decode_chunk_into`` (rows are sorted).
+
+    Returns
+    -------
+    tuple
+        Whether the plain chunks (:func:`plain_chunks`) of every tile were decoded, and each tile's other
+        chunks, to decode one by one. False when the kernels are not loaded yet or a problem was found: the
+        caller then decodes the tiles one by one, which raises the error.
+    """
+    if not compiled_kernels() or not _MULTI:
+        return False, []
+    table = np.concatenate(tables)
+    counts = np.array([t.shape[0] for t in tables], dtype=np.int64)
+    numbers = np.arange(table.shape[0], dtype=np.int64)
+    plain = plain_chunks(table, numbers)
+    tile_of_chunk = np.repeat(np.arange(len(tables), dtype=np.int64), counts)
+    for column in (GAPS_OFF, VALS_OFF):  # the frames' offsets in ``whole`` (a run decodes no exception frame)
+        table[:, column] += np.repeat(offsets.astype(np.uint64), counts)
+    table = read_only(table)
+    chunks = read_only(numbers[plain])
+    streams = _decompressed(None, whole, table, chunks)
+    if streams is None:
+        return False, []
+    starts = np.zeros(len(indptrs) + 1, dtype=np.int64)
+    np.cumsum([indptr.shape[0] for indptr in indptrs], out=starts[1:])
+    layout = (read_only(tile_of_chunk[plain]), read_only(np.concatenate(indptrs)), read_only(starts))
+    done = _run(streams, table, chunks, *layout, read_only(out_starts), n_genes, out_indices, out_data, columns, True)
+    if not done:
+        return False, []
+    first = np.concatenate(([0], np.cumsum(counts)))
+    others = [np.flatnonzero(~plain[first[t] : first[t + 1]]) for t in range(len(tables))]
+    return True, others
+
+
+def _run(streams: np.ndarray, *args: Any) -> bool:
+    """The kernel ``decode_chunk_run`` (its arguments after ``streams``); whether it found no problem."""
+    from deltacells.codec import _kernels
+
+    code, _, _ = _kernels.decode_chunk_run(streams, *args)
     return bool(code == OK)
 
 
+#: The output start of a single tile's run.
+_ZERO = read_only(np.zeros(1, dtype=np.int64))
+
+
 def _decompressed(
-    source: ByteSource, whole: memoryview | None, table: np.ndarray, chunks: np.ndarray
+    source: ByteSource | None, whole: memoryview | None, table: np.ndarray, chunks: np.ndarray
 ) -> np.ndarray | None:
     """The gaps then vals streams of ``chunks``, decompressed side by side (None: a frame to decode one by one).
 
@@ -124,6 +203,8 @@ def _decompressed(
     """
     from deltacells.codec import _kernels
 
+    if chunks.shape[0] == 0:  # (zstandard divides by the frames' count)
+        return read_only(np.empty(0, dtype=np.uint8))
     segments = np.ascontiguousarray(table[chunks][:, [GAPS_OFF, GAPS_LEN, VALS_OFF, VALS_LEN]]).reshape(-1, 2)
     nnz = table[chunks, NNZ_HI] - table[chunks, NNZ_LO]
     dctx = decompressor()
@@ -136,6 +217,7 @@ def _decompressed(
             run = zstandard.BufferWithSegments(whole, segments)
             joined = b"".join(dctx.multi_decompress_to_buffer(run, decompressed_sizes=sizes, threads=1))
         else:
+            assert source is not None  # without the whole object, the frames' source
             decompress, read = dctx.decompress, source.read
             # Per frame: two calls of Python; zstandard checks that the frame fills its stream.
             frames = [read(offset, length, "frame") for offset, length in segments.tolist()]

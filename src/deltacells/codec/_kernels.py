@@ -751,43 +751,52 @@ def decode_chunk_run(  # pragma: no cover
     streams: NDArray[np.uint8],
     table: NDArray[np.uint64],
     chunks: NDArray[np.int64],
+    chunk_tiles: NDArray[np.int64],
     indptr: NDArray[np.int64],
+    indptr_starts: NDArray[np.int64],
+    out_starts: NDArray[np.int64],
     n_genes: int,
     out_indices: NDArray[np.int32],
     out_data: NDArray[Any],
     columns: NDArray[np.int32] | None,
     sort: bool,
 ) -> tuple[int, int, int]:
-    """Decode chunks of one tile whose gaps and vals streams are decompressed side by side in ``streams``.
+    """Decode chunks of one or more tiles whose gaps and vals streams are decompressed side by side in ``streams``.
 
-    Chunk ``chunks[k]`` (no exception frames) has its ``n`` nonzeros' gaps (``2 * n`` bytes) then vals
-    (``2 * n`` bytes) after those of ``chunks[:k]``; it is decoded as :func:`decode_chunk` decodes it, into
-    ``out_indices[nnz_lo:nnz_hi]`` and ``out_data[nnz_lo:nnz_hi]`` (the tile's output arrays), its genes
-    mapped through ``columns`` and, with ``sort``, each row then sorted (:func:`sort_rows`). One call for a
-    run of small chunks, which one call each would cost more to make than to decode. Returns ``(code, k,
-    position)``: the first chunk (``k``, its place in ``chunks``) whose decoding found a problem, or ``OK``.
+    ``table`` holds the tiles' chunk tables one after the other, ``indptr`` their row pointers: tile ``t``'s are
+    ``indptr[indptr_starts[t] : indptr_starts[t + 1]]``, and its nonzeros go from ``out_starts[t]`` in the
+    output arrays. Chunk ``chunks[k]`` (a row of ``table``, of tile ``chunk_tiles[k]``, without exception
+    frames) has its ``n`` nonzeros' gaps (``2 * n`` bytes) then vals (``2 * n`` bytes) after those of
+    ``chunks[:k]``; it is decoded as :func:`decode_chunk` decodes it, into its tile's
+    ``[nnz_lo, nnz_hi)``, its genes mapped through ``columns`` and, with ``sort``, each row then sorted
+    (:func:`sort_rows`). One call for the small chunks of a tile, or of many tiles, which one call each would
+    cost more to make than to decode. Returns ``(code, k, position)``: the first chunk (``k``, its place in
+    ``chunks``) whose decoding found a problem, or ``OK``.
     """
     start = 0
     for k in range(chunks.shape[0]):
-        c = chunks[k]
+        c, t = chunks[k], chunk_tiles[k]
+        tile_indptr = indptr[indptr_starts[t] : indptr_starts[t + 1]]
         cell_lo, cell_hi = np.int64(table[c, CELL_LO]), np.int64(table[c, CELL_HI])
         lo, hi = np.int64(table[c, NNZ_LO]), np.int64(table[c, NNZ_HI])
         n = hi - lo
+        first = out_starts[t] + lo
+        indices, data = out_indices[first : first + n], out_data[first : first + n]
         code, position = decode_chunk(
             streams[start : start + 2 * n],
             streams[start + 2 * n : start + 4 * n],
-            indptr,
+            tile_indptr,
             cell_lo,
             cell_hi,
             lo,
             n_genes,
-            out_indices[lo:hi],
-            out_data[lo:hi],
+            indices,
+            data,
             columns,
         )
         if code != OK:
             return code, k, position
         if columns is not None and sort:
-            sort_rows(indptr, cell_lo, cell_hi, lo, out_indices[lo:hi], out_data[lo:hi], columns.shape[0])
+            sort_rows(tile_indptr, cell_lo, cell_hi, lo, indices, data, columns.shape[0])
         start += 4 * n
     return OK, 0, 0

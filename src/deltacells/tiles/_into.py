@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells._threads import shared_pool
-from deltacells.codec import WORK_UNIT_NNZ, work_units
+from deltacells.codec import WORK_UNIT_NNZ, decode_tiles, work_units
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import (
     check_tile_bytes_against,
@@ -219,43 +219,113 @@ def _decode_group(
     outputs: _Outputs,
     counted: Callable[[int], None],
 ) -> bool:
-    """A task: read (or take), check and decode a group of tiles, one after the other; whether a count exceeds 2^24."""
-    large = False
-    for k, tile in enumerate(tiles.tolist()):
-        blob = _read_local(reader, tile) if blobs is None else blobs[k]
-        checked = _checked(reader, tile, blob)
-        indices, data = outputs.write_indptr(checked, int(row_starts[k]), int(nnz_starts[k]))
-        n_chunks = checked.header.n_chunks
-        large |= _decode_chunks(reader, tile, checked, range(n_chunks), indices, data, outputs.columns)
-        counted(n_chunks)
+    """A task: read (or take), check and decode a group of tiles; whether a count exceeds 2^24.
+
+    Local tiles are read side by side into one buffer of the thread, checked one by one, then decoded
+    together (:func:`~deltacells.codec.decode_tiles`: their small chunks in one kernel call); the bytes of
+    remote ones (fetched ahead, each its own object) are checked and decoded one tile after the other.
+    """
+    if blobs is not None or reader.store.local_path(tile_path(int(tiles[0]))) is None:
+        large = False
+        for k, tile in enumerate(tiles.tolist()):
+            blob = _read_one(reader, tile) if blobs is None else blobs[k]
+            checked = _checked(reader, tile, blob)
+            indices, data = outputs.write_indptr(checked, int(row_starts[k]), int(nnz_starts[k]))
+            n_chunks = checked.header.n_chunks
+            large |= _decode_chunks(reader, tile, checked, range(n_chunks), indices, data, outputs.columns)
+            counted(n_chunks)
+        return large
+    whole, offsets, views, missing = _read_side_by_side(reader, tiles)
+    checked: list[CheckedTile] = []
+    for k, tile in enumerate(tiles[: len(views)].tolist()):
+        try:
+            checked.append(_checked(reader, tile, views[k]))
+        except FormatError:
+            _decode_checked(reader, tiles, checked, whole, offsets, nnz_starts, outputs)  # its errors first
+            raise
+        outputs.write_indptr(checked[-1], int(row_starts[k]), int(nnz_starts[k]))
+    large = _decode_checked(reader, tiles, checked, whole, offsets, nnz_starts, outputs)
+    if missing is not None:
+        raise missing
+    for tile in checked:
+        counted(tile.header.n_chunks)
     return large
 
 
-_local = threading.local()  # .buffer: the decoding thread's buffer for the local tile it reads
-
-
-def _read_local(reader: TileReader, tile: int) -> bytes | memoryview:
-    """A local tile's bytes (one byte more than the manifest's size is asked for), in this thread's buffer.
-
-    The buffer is reused for the thread's next tile: the tile must be decoded before. A longer object then
-    shows as a size that disagrees with ``tile_bytes``.
-    """
-    wanted = int(reader.manifest.tile_bytes[tile]) + 1
-    path = reader.store.local_path(tile_path(tile))
+def _decode_checked(
+    reader: TileReader,
+    tiles: np.ndarray,
+    checked: list[CheckedTile],
+    whole: memoryview,
+    offsets: np.ndarray,
+    nnz_starts: np.ndarray,
+    outputs: _Outputs,
+) -> bool:
+    """Decode the checked first tiles of a group together; a problem names the tile (and dataset)."""
     try:
-        if path is None:
-            return reader.store.read(tile_path(tile), 0, wanted)
-        buffer = getattr(_local, "buffer", None)
-        if buffer is None or len(buffer) < wanted:
-            buffer = _local.buffer = bytearray(max(wanted, 2 * len(buffer or b"")))
-        descriptor = os.open(path, os.O_RDONLY)  # os's calls: a Python file object costs more than the read
+        n = len(checked)
+        return decode_tiles(checked, whole, offsets[:n], outputs.indices, outputs.data, nnz_starts[:n], outputs.columns)
+    except FormatError as exc:  # raised by one tile's decoding, whose message starts with the tile's name
+        named = [int(t) for t, c in zip(tiles.tolist(), checked, strict=False) if str(exc).startswith(f"{c.name}: ")]
+        if not named:  # pragma: no cover - the decoder names the tile it decodes
+            raise
+        url = reader.store.url
+        raise problem_from_error(tile_path(named[0]), exc, url=url).to_exception(url) from exc
+
+
+_local = threading.local()  # .buffer: the decoding thread's buffer for the local tiles it reads
+
+
+def _read_side_by_side(
+    reader: TileReader, tiles: np.ndarray
+) -> tuple[memoryview, np.ndarray, list[memoryview], MissingObjectError | None]:
+    """Local tiles read into this thread's buffer, each from a multiple of 8 bytes.
+
+    Returns the buffer, where each tile starts in it, views of the tiles read, and the error of the first
+    tile missing (the tiles after it are not read; those before it are checked and decoded first).
+
+    One byte more than the manifest's size is asked of each tile, so that a longer object shows (as a size
+    that disagrees with ``tile_bytes``). The buffer is reused for the thread's next group: the tiles must be
+    decoded before.
+    """
+    wanted = np.asarray(reader.manifest.tile_bytes, dtype=np.int64)[tiles] + 1
+    slots = (wanted + 7) // 8 * 8
+    offsets = np.zeros(tiles.shape[0], dtype=np.int64)
+    np.cumsum(slots[:-1], out=offsets[1:])
+    whole = memoryview(_buffer(int(slots.sum())))
+    views = []
+    for tile, offset, size in zip(tiles.tolist(), offsets.tolist(), wanted.tolist(), strict=True):
+        path = reader.store.local_path(tile_path(tile))
         try:
-            got = os.readv(descriptor, [memoryview(buffer)[:wanted]])
-        finally:
-            os.close(descriptor)
-    except (MissingObjectError, FileNotFoundError) as exc:
+            assert path is not None  # a local store (see _decode_group)
+            descriptor = os.open(path, os.O_RDONLY)  # os's calls: a Python file object costs more than the read
+            try:
+                got = os.readv(descriptor, [whole[offset : offset + size]])
+            finally:
+                os.close(descriptor)
+        except FileNotFoundError as exc:
+            missing = missing_tile(tile, reader.fields).to_exception(reader.store.url)
+            missing.__cause__ = exc
+            assert isinstance(missing, MissingObjectError)
+            return whole, offsets, views, missing
+        views.append(whole[offset : offset + got])
+    return whole, offsets, views, None
+
+
+def _read_one(reader: TileReader, tile: int) -> bytes:
+    """A tile's bytes from the store (one byte more than the manifest's size is asked for)."""
+    try:
+        return reader.store.read(tile_path(tile), 0, int(reader.manifest.tile_bytes[tile]) + 1)
+    except MissingObjectError as exc:
         raise missing_tile(tile, reader.fields).to_exception(reader.store.url) from exc
-    return memoryview(buffer)[:got]
+
+
+def _buffer(size: int) -> bytearray:
+    """The calling thread's read buffer, of ``size`` bytes or more (grown as needed, kept for the next group)."""
+    buffer = getattr(_local, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.buffer = bytearray(max(size, 2 * len(buffer or b"")))
+    return buffer
 
 
 def _raise_earlier(decodes: deque[Future[bool]]) -> None:
