@@ -464,6 +464,7 @@ def test_user_guide_example(tmp_path, client):
     )
     assert adata.X.chunks[0] == (512, 512, 512, 512, 512, 440)
     assert sc.read_deltacells(path, cache_dir=tmp_path / "cache", chunks=1000).X.chunks[0] == (1024, 1024, 952)
+    assert sc.read_deltacells(path, cache_dir=tmp_path / "cache", chunks="auto").X.chunks[0] == (3000,)
     memory = adata.to_memory()  # the in-memory pipeline, for comparison
     sc.pp.normalize_total(adata, target_sum=1e4)
     sc.pp.log1p(adata)

@@ -768,35 +768,76 @@ def decode_chunk_run(  # pragma: no cover
     output arrays. Chunk ``chunks[k]`` (a row of ``table``, of tile ``chunk_tiles[k]``, without exception
     frames) has its ``n`` nonzeros' gaps (``2 * n`` bytes) then vals (``2 * n`` bytes) after those of
     ``chunks[:k]``; it is decoded as :func:`decode_chunk` decodes it, into its tile's
-    ``[nnz_lo, nnz_hi)``, its genes mapped through ``columns`` and, with ``sort``, each row then sorted
-    (:func:`sort_rows`). One call for the small chunks of a tile, or of many tiles, which one call each would
-    cost more to make than to decode. Returns ``(code, k, position)``: the first chunk (``k``, its place in
-    ``chunks``) whose decoding found a problem, or ``OK``.
+    ``[nnz_lo, nnz_hi)``, its genes mapped through ``columns`` and, with ``sort``, the rows then sorted
+    (:func:`sort_rows`), once for each run of consecutive chunks of a tile (the sort's set-up costs more than
+    a small chunk's rows). One call for the small chunks of a tile, or of many tiles, which one call each
+    would cost more to make than to decode. Returns ``(code, k, position)``: the first chunk (``k``, its place
+    in ``chunks``) whose decoding found a problem, or ``OK``.
     """
     start = 0
+    run_tile, run_first, run_end, run_lo = -1, 0, 0, 0  # the rows decoded and not sorted yet: one tile's
     for k in range(chunks.shape[0]):
         c, t = chunks[k], chunk_tiles[k]
-        tile_indptr = indptr[indptr_starts[t] : indptr_starts[t + 1]]
         cell_lo, cell_hi = np.int64(table[c, CELL_LO]), np.int64(table[c, CELL_HI])
         lo, hi = np.int64(table[c, NNZ_LO]), np.int64(table[c, NNZ_HI])
         n = hi - lo
         first = out_starts[t] + lo
-        indices, data = out_indices[first : first + n], out_data[first : first + n]
         code, position = decode_chunk(
             streams[start : start + 2 * n],
             streams[start + 2 * n : start + 4 * n],
-            tile_indptr,
+            indptr[indptr_starts[t] : indptr_starts[t + 1]],
             cell_lo,
             cell_hi,
             lo,
             n_genes,
-            indices,
-            data,
+            out_indices[first : first + n],
+            out_data[first : first + n],
             columns,
         )
         if code != OK:
             return code, k, position
-        if columns is not None and sort:
-            sort_rows(tile_indptr, cell_lo, cell_hi, lo, indices, data, columns.shape[0])
         start += 4 * n
+        if columns is not None and sort:
+            if t != run_tile or cell_lo != run_end:  # not next to the rows pending: sort those first
+                _sort_run(
+                    indptr,
+                    indptr_starts,
+                    out_starts,
+                    run_tile,
+                    run_first,
+                    run_end,
+                    run_lo,
+                    out_indices,
+                    out_data,
+                    columns,
+                )
+                run_tile, run_first, run_lo = t, cell_lo, lo
+            run_end = cell_hi
+    if columns is not None and sort:
+        _sort_run(
+            indptr, indptr_starts, out_starts, run_tile, run_first, run_end, run_lo, out_indices, out_data, columns
+        )
     return OK, 0, 0
+
+
+@kernel
+def _sort_run(  # pragma: no cover
+    indptr: NDArray[np.int64],
+    indptr_starts: NDArray[np.int64],
+    out_starts: NDArray[np.int64],
+    tile: int,
+    first_row: int,
+    end_row: int,
+    nnz_lo: int,
+    out_indices: NDArray[np.int32],
+    out_data: NDArray[Any],
+    columns: NDArray[np.int32],
+) -> None:
+    """Sort rows ``first_row .. end_row - 1`` of ``tile`` (see :func:`decode_chunk_run`); none when ``tile < 0``."""
+    if tile < 0 or end_row <= first_row:
+        return
+    tile_indptr = indptr[indptr_starts[tile] : indptr_starts[tile + 1]]
+    first = out_starts[tile] + nnz_lo
+    n = tile_indptr[end_row] - nnz_lo
+    indices, data = out_indices[first : first + n], out_data[first : first + n]
+    sort_rows(tile_indptr, first_row, end_row, nnz_lo, indices, data, columns.shape[0])
