@@ -1,24 +1,25 @@
-"""Many small chunks of a tile decoded in one kernel call, their frames checked in another.
+"""Many small chunks, of a tile or of many, decoded in one kernel call; their frames checked in another.
 
 A sparse tile (an atlas of a few nonzeros a cell) has chunks of a few hundred nonzeros: decoding one cost
 the Python around it (a chunk table row read, two frames sliced and decompressed, a kernel called with ten
 arguments) about ten times what its nonzeros cost, and checking the sizes its frames declare as much again.
-So the frames of a run of chunks are decompressed one after the other (zstandard's one call a frame; it
-releases the GIL while it works) and joined, and one kernel call decodes them all
+So the frames of a run of chunks (of one tile, :func:`try_decode_run`, or of tiles read side by side,
+:func:`try_decode_tiles`) are checked to fill their streams (a kernel), decompressed by one call of
+zstandard that holds no GIL (``multi_decompress_to_buffer``) and joined, and one kernel call decodes them all
 (``codec._kernels.decode_chunk_run``); one kernel call checks the sizes every frame of a tile declares
 (``codec._kernels.frame_sizes_ok``).
 
-Both are fast paths in front of the checks and decoding chunk by chunk (``codec._decode``), never instead
+All are fast paths in front of the checks and decoding chunk by chunk (``codec._decode``), never instead
 of them: each answers whether it did the work, and the caller runs the chunk-by-chunk code whenever it did
-not (the kernels not loaded yet, a chunk with exception frames or without nonzeros, a frame the kernel does
-not vouch for, any problem found). That code then accepts what the fast path would not, or raises the error
-it always raised, naming the tile, chunk and stream.
+not (the kernels not loaded yet, a chunk with exception frames, without nonzeros or large, a frame the kernels
+do not vouch for, any problem found). That code then accepts what the fast path would not, or raises the
+error it always raised, naming the tile, chunk and stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import zstandard
@@ -69,7 +70,8 @@ def plain_chunks(table: np.ndarray, chunks: np.ndarray) -> np.ndarray:
     """``bool[len(chunks)]``: the chunks a run decodes (nonzeros, :data:`RUN_MAX_CHUNK_NNZ` at most, no exceptions)."""
     rows = table[chunks]
     n = rows[:, NNZ_HI] - rows[:, NNZ_LO]
-    return (n > 0) & (n <= RUN_MAX_CHUNK_NNZ) & (rows[:, VEXC_LEN] == 0) & (rows[:, GEXC_LEN] == 0)
+    plain: np.ndarray = (n > 0) & (n <= RUN_MAX_CHUNK_NNZ) & (rows[:, VEXC_LEN] == 0) & (rows[:, GEXC_LEN] == 0)
+    return plain
 
 
 def try_decode_run(
@@ -214,8 +216,9 @@ def _decompressed(
             if not _kernels.run_frames_fill(blob, table, chunks):
                 return None
             sizes = np.repeat(2 * nnz, 2)
-            run = zstandard.BufferWithSegments(whole, segments)
-            joined = b"".join(dctx.multi_decompress_to_buffer(run, decompressed_sizes=sizes, threads=1))
+            run = zstandard.BufferWithSegments(whole, segments.tobytes())
+            decompressed = dctx.multi_decompress_to_buffer(run, decompressed_sizes=sizes.tobytes(), threads=1)
+            joined = b"".join(cast("Iterable[bytes]", decompressed))  # a sequence of buffers (its stubs say no more)
         else:
             assert source is not None  # without the whole object, the frames' source
             decompress, read = dctx.decompress, source.read

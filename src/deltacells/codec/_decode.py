@@ -476,7 +476,7 @@ def decode_tiles(
     if not tiles:
         return False
     n_genes = tiles[0].n_genes
-    done, others = False, []
+    done, others = False, list[np.ndarray]()
     if all(tile.n_genes == n_genes for tile in tiles):
         tables, indptrs = [tile.table for tile in tiles], [tile.indptr for tile in tiles]
         outputs = (out_indices, out_data, np.asarray(out_starts, dtype=np.int64), columns)

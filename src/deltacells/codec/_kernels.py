@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     #: The four scratch rows of a radix sort (:func:`radix_scratch`): indices, data, indices, data.
     Scratch = tuple[NDArray[np.integer[Any]], NDArray[Any], NDArray[np.integer[Any]], NDArray[Any]]
 
+    #: An integer argument: a Python int, or numpy's (the kernels read chunk table entries as ``np.int64``).
+    Integer = int | np.integer[Any]
+
 
 @kernel
 def chunk_table_ok(  # pragma: no cover
@@ -635,7 +638,9 @@ _MAX_BLOCK = 131072
 
 
 @kernel
-def frame_header(blob: NDArray[np.uint8], offset: int, length: int) -> tuple[int, int]:  # pragma: no cover
+def frame_header(  # pragma: no cover
+    blob: NDArray[np.uint8], offset: Integer, length: Integer
+) -> tuple[Integer, Integer]:
     """``(header size, content size)`` of a plain zstd frame at ``blob[offset : offset + length]``, or ``(-1, -1)``.
 
     The frame header of RFC 8878 (section 3.1.1.1): magic number, frame header descriptor, window
@@ -680,7 +685,7 @@ def frame_header(blob: NDArray[np.uint8], offset: int, length: int) -> tuple[int
 
 
 @kernel
-def frame_fills(blob: NDArray[np.uint8], offset: int, length: int) -> bool:  # pragma: no cover
+def frame_fills(blob: NDArray[np.uint8], offset: Integer, length: Integer) -> bool:  # pragma: no cover
     """Whether the plain zstd frame at ``blob[offset : offset + length]`` ends exactly there (True).
 
     Its header (:func:`frame_header`), then each block's 3-byte header and content (a raw or compressed
@@ -777,9 +782,10 @@ def decode_chunk_run(  # pragma: no cover
     start = 0
     run_tile, run_first, run_end, run_lo = -1, 0, 0, 0  # the rows decoded and not sorted yet: one tile's
     for k in range(chunks.shape[0]):
-        c, t = chunks[k], chunk_tiles[k]
-        cell_lo, cell_hi = np.int64(table[c, CELL_LO]), np.int64(table[c, CELL_HI])
-        lo, hi = np.int64(table[c, NNZ_LO]), np.int64(table[c, NNZ_HI])
+        c, t = chunks[k], int(chunk_tiles[k])
+        # Signed (int64) numbers: a uint64 with an int64 would make a float. int() leaves numba's type as it is.
+        cell_lo, cell_hi = int(np.int64(table[c, CELL_LO])), int(np.int64(table[c, CELL_HI]))
+        lo, hi = int(np.int64(table[c, NNZ_LO])), int(np.int64(table[c, NNZ_HI]))
         n = hi - lo
         first = out_starts[t] + lo
         code, position = decode_chunk(

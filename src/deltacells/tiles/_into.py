@@ -215,7 +215,7 @@ def _decode_group(
     tiles: np.ndarray,
     row_starts: np.ndarray,
     nnz_starts: np.ndarray,
-    blobs: list[bytes] | None,
+    blobs: list[bytes | memoryview] | None,
     outputs: _Outputs,
     counted: Callable[[int], None],
 ) -> bool:
@@ -229,10 +229,10 @@ def _decode_group(
         large = False
         for k, tile in enumerate(tiles.tolist()):
             blob = _read_one(reader, tile) if blobs is None else blobs[k]
-            checked = _checked(reader, tile, blob)
-            indices, data = outputs.write_indptr(checked, int(row_starts[k]), int(nnz_starts[k]))
-            n_chunks = checked.header.n_chunks
-            large |= _decode_chunks(reader, tile, checked, range(n_chunks), indices, data, outputs.columns)
+            one = _checked(reader, tile, blob)
+            indices, data = outputs.write_indptr(one, int(row_starts[k]), int(nnz_starts[k]))
+            n_chunks = one.header.n_chunks
+            large |= _decode_chunks(reader, tile, one, range(n_chunks), indices, data, outputs.columns)
             counted(n_chunks)
         return large
     whole, offsets, views, missing = _read_side_by_side(reader, tiles)
@@ -293,7 +293,7 @@ def _read_side_by_side(
     offsets = np.zeros(tiles.shape[0], dtype=np.int64)
     np.cumsum(slots[:-1], out=offsets[1:])
     whole = memoryview(_buffer(int(slots.sum())))
-    views = []
+    views: list[memoryview] = []
     for tile, offset, size in zip(tiles.tolist(), offsets.tolist(), wanted.tolist(), strict=True):
         path = reader.store.local_path(tile_path(tile))
         try:
