@@ -159,6 +159,7 @@ BENCHMARKS: list[tuple[str, str | None, list[str]]] = [
     ("bench_collection_open", "collection-open.json", ["--datasets", "1000", "--latency", "0.03"]),  # 3 minutes
     ("bench_append", None, []),
     ("bench_dask", "dask.json", []),  # 5 minutes
+    ("bench_atlas_read", "atlas-read.json", []),  # 5 minutes
 ]
 #: The benchmarks with sessions of their own (their peers' environments), which ``nox -s bench`` runs after its own,
 #: with the options after ``--`` that rewrite their JSON and plots (about 13 and 15 minutes).

@@ -1,8 +1,9 @@
 """``read_deltacells(path, chunks=...)`` and ``X.to_dask()``: X as a dask array of CSR blocks of whole tiles.
 
 DECISIONS.md 14: ``chunks=None`` is the lazy X, ``"tiles"`` one block per tile, an int blocks of about that many
-cells in whole tiles. Blocks are what ``TiledCSRDataset.to_memory()`` gives for their rows; their tasks pickle
-to the store's URL and options, so dask.distributed workers in other processes read the tiles themselves.
+cells in whole tiles; ``"auto"`` (``to_dask()``'s default) blocks of whole tiles of about dask's
+``array.chunk-size`` of decoded CSR. Blocks are what ``TiledCSRDataset.to_memory()`` gives for their rows; their
+tasks pickle to the store's URL and options, so dask.distributed workers in other processes read the tiles themselves.
 """
 
 from __future__ import annotations
@@ -97,7 +98,50 @@ def test_int_gives_whole_tiles(path, tmp_path, chunks, expected):
     assert sum(expected) == N_CELLS
 
 
-@pytest.mark.parametrize("chunks", ["auto", "Tiles", "", 0, -1, np.int32(0)])
+def _tile_bytes(path: Path, dtype) -> np.ndarray:
+    """What each tile decodes to in ``dtype``: int32 indices and the values per nonzero, an int64 row pointer a cell."""
+    manifest = deltacells.open_dataset(path).manifest
+    return np.asarray(manifest.tile_nnz) * (4 + np.dtype(dtype).itemsize) + 8 * np.asarray(manifest.tile_cells)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 8])
+def test_auto_blocks_are_whole_tiles_of_about_the_chunk_size(path, tmp_path, dtype, parts):
+    """dask's array.chunk-size a fraction of the whole: that many blocks, of whole tiles, as equal as tiles allow."""
+    import dask
+
+    sizes = _tile_bytes(path, dtype)
+    target = int(np.ceil(sizes.sum() / parts))
+    with dask.config.set({"array.chunk-size": f"{target}B"}):
+        X = read(path, tmp_path, chunks="auto", dtype=dtype).X
+    rows = X.chunks[0]
+    assert len(rows) == parts
+    ends = np.cumsum(rows)
+    tile_ends = np.cumsum(TILE_CELLS)
+    assert set(ends.tolist()) <= set(tile_ends.tolist())  # blocks end where tiles end
+    block_bytes = np.add.reduceat(sizes, np.searchsorted(tile_ends, np.concatenate(([0], ends[:-1])), side="right"))
+    assert block_bytes.sum() == sizes.sum()
+    assert block_bytes.max() <= target + sizes.max()  # at most a tile beyond the share
+    assert_same_csr(X.compute(), read(path, tmp_path, dtype=dtype).X.to_memory())
+
+
+def test_auto_block_of_one_tile_when_tiles_exceed_the_chunk_size(path, tmp_path):
+    import dask
+
+    with dask.config.set({"array.chunk-size": "1B"}):
+        X = read(path, tmp_path, chunks="auto").X
+    assert X.chunks == (TILE_CELLS, (N_GENES,))
+    assert X.name == read(path, tmp_path, chunks="tiles").X.name  # the same blocks: the same keys
+
+
+def test_auto_follows_dask_default_chunk_size(path, tmp_path):
+    from deltacells.io._dask import dask_chunk_bytes
+
+    assert dask_chunk_bytes() == 128 * 2**20  # dask's default (tests do not configure it)
+    assert read(path, tmp_path, chunks="auto").X.chunks == ((N_CELLS,), (N_GENES,))
+
+
+@pytest.mark.parametrize("chunks", ["Auto", "Tiles", "", 0, -1, np.int32(0)])
 def test_bad_chunk_values(path, tmp_path, chunks):
     with pytest.raises(InvalidValueError, match="chunks must be None"):
         read(path, tmp_path, chunks=chunks)
@@ -111,14 +155,17 @@ def test_bad_chunk_types(path, tmp_path, chunks):
 
 def test_bad_chunks_fail_before_opening(tmp_path):
     with pytest.raises(InvalidValueError, match="chunks must be"):
-        deltacells.read_deltacells(tmp_path / "missing", cache_dir=tmp_path / "cache", chunks="auto")
+        deltacells.read_deltacells(tmp_path / "missing", cache_dir=tmp_path / "cache", chunks="tile")
 
 
 def test_to_dask(path, tmp_path):
     lazy = read(path, tmp_path).X
-    X = lazy.to_dask()
+    X = lazy.to_dask(chunks="tiles")
     assert X.chunks == (TILE_CELLS, (N_GENES,))
     assert X.name == read(path, tmp_path, chunks="tiles").X.name  # the same blocks: the same keys
+    assert X.name == lazy.to_dask(chunks=64).name  # an int of one tile: the same blocks again
+    assert lazy.to_dask().chunks == ((N_CELLS,), (N_GENES,))  # "auto": far less than 128 MiB, one block
+    assert lazy.to_dask().name == read(path, tmp_path, chunks="auto").X.name
     assert lazy.to_dask(chunks=128).chunks == ((128, 128, 128, 116), (N_GENES,))
     assert lazy.astype(np.int32).to_dask().dtype == np.int32
     assert lazy.astype(np.int32).to_dask().name != X.name
@@ -286,6 +333,81 @@ def test_on_a_cluster_of_processes(path, tmp_path, client):
     assert sum(workers.values()) >= 1
 
 
+@pytest.fixture(scope="module")
+def atlas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ad.AnnData]:
+    """A small atlas: 4,000 cells of a few nonzeros in 125 tiles of 32 (blocks of many tiles each)."""
+    adata = synthetic_counts(4000, 80, mean_library_size=8.0, seed=5)
+    out = tmp_path_factory.mktemp("atlas") / "atlas.deltacells"
+    deltacells.write_deltacells(adata, out, tile_size=32, progress=False)
+    return out, adata
+
+
+def _reductions(X):
+    return {
+        "sum0": X.sum(axis=0),
+        "sum1": X.sum(axis=1),
+        "mean0": X.mean(axis=0),
+        "mean1": X.mean(axis=1),
+        "sum": X.sum(),
+        "max0": X.max(axis=0),
+    }
+
+
+def _assert_reductions(got: dict, expected) -> None:
+    want = {
+        "sum0": np.asarray(expected.sum(axis=0)).ravel(),
+        "sum1": np.asarray(expected.sum(axis=1)).ravel(),
+        "mean0": np.asarray(expected.mean(axis=0)).ravel(),
+        "mean1": np.asarray(expected.mean(axis=1)).ravel(),
+        "sum": expected.sum(),
+        "max0": expected.max(axis=0).toarray().ravel(),
+    }
+    for name, value in want.items():
+        np.testing.assert_allclose(np.asarray(got[name]).ravel(), value, rtol=1e-5, err_msg=name)  # scipy: float32 sums
+
+
+@pytest.mark.parametrize("chunks", ["auto", "tiles", 1000])
+def test_reductions_of_blocks_of_many_tiles_threaded(atlas, tmp_path, chunks):
+    """dask's own X.sum / X.mean (the blocks' reductions take keepdims) on the threaded scheduler."""
+    import dask
+
+    path, _ = atlas
+    expected = read(path, tmp_path).X.to_memory()
+    with dask.config.set({"array.chunk-size": "60kB"}):  # the atlas decodes to about 300 kB: 5 blocks
+        X = read(path, tmp_path, chunks=chunks).X
+    if chunks == "auto":
+        assert 3 <= X.numblocks[0] <= 6 and all(rows % 32 == 0 for rows in X.chunks[0][:-1])
+    got = dask.compute(_reductions(X), scheduler="threads")[0]
+    _assert_reductions(got, expected)
+    assert_same_csr(X.compute(scheduler="threads"), expected)
+
+
+def test_reductions_of_blocks_of_many_tiles_on_a_cluster(atlas, tmp_path, client):
+    import dask
+
+    path, _ = atlas
+    expected = read(path, tmp_path).X.to_memory()
+    with dask.config.set({"array.chunk-size": "60kB"}):
+        X = read(path, tmp_path, chunks="auto").X
+    assert X.numblocks[0] > 2
+    _assert_reductions(client.compute(_reductions(X)).result(), expected)
+    assert_same_csr(client.compute(X).result(), expected)
+
+
+def test_row_sums_of_a_block_keep_dims_and_dtype():
+    """A block's row sums (what X.sum(axis=1) and X.mean(axis=1) ask of each block), as scipy's, dims kept."""
+    matrix = sparse.random(50, 7, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    for cls in (block_class(sparse_array=False), block_class(sparse_array=True)):
+        block = cls(matrix)
+        for dtype in (None, np.float64):
+            got = np.sum(block, axis=1, keepdims=True, dtype=dtype)
+            want = np.asarray(matrix.sum(axis=1, dtype=dtype)).reshape(-1, 1)
+            assert got.shape == (50, 1) and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        ints = cls(matrix.astype(np.int32))
+        assert np.sum(ints, axis=1, keepdims=True).dtype == np.asarray(matrix.astype(np.int32).sum(axis=1)).dtype
+
+
 # ---------------------------------------------------------------------- scanpy
 
 
@@ -342,6 +464,7 @@ def test_user_guide_example(tmp_path, client):
     )
     assert adata.X.chunks[0] == (512, 512, 512, 512, 512, 440)
     assert sc.read_deltacells(path, cache_dir=tmp_path / "cache", chunks=1000).X.chunks[0] == (1024, 1024, 952)
+    assert sc.read_deltacells(path, cache_dir=tmp_path / "cache", chunks="auto").X.chunks[0] == (3000,)
     memory = adata.to_memory()  # the in-memory pipeline, for comparison
     sc.pp.normalize_total(adata, target_sum=1e4)
     sc.pp.log1p(adata)

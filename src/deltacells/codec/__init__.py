@@ -6,6 +6,7 @@ from deltacells.codec._decode import (
     DecodedTile,
     check_tile_bytes,
     decode_tile,
+    decode_tiles,
     work_units,
 )
 from deltacells.codec._encode import (
@@ -67,6 +68,7 @@ __all__ = [
     "CheckedTile",
     "check_tile_bytes",
     "checked_pieces",
+    "decode_tiles",
     "merge_partial",
     "parse_tile",
     # the decoding threads' units of work

@@ -12,6 +12,13 @@ from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import _codes, _engine
+from deltacells.codec._batch import (
+    RUN_MAX_CHUNK_NNZ,
+    frame_sizes_ok,
+    plain_chunks,
+    try_decode_run,
+    try_decode_tiles,
+)
 from deltacells.codec._crc import crc32
 from deltacells.codec._engine import chunk_table_ok
 from deltacells.codec._frames import decompress_frame, decompress_scratch, frame_content_size
@@ -37,7 +44,7 @@ from deltacells.codec._layout import (
 from deltacells.errors import FormatError, InvalidValueError, UnsupportedPlatformError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from scipy import sparse
 
@@ -354,12 +361,25 @@ class CheckedTile:
         out_data: np.ndarray,
         columns: np.ndarray | None = None,
     ) -> bool:
-        """Decode ``chunks`` one after the other into their parts of the tile's output arrays (a unit of work).
+        """Decode ``chunks`` into their parts of the tile's output arrays (a unit of work).
 
-        See :meth:`decode_into`; returns whether a count exceeds 2^24.
+        See :meth:`decode_into`; returns whether a count exceeds 2^24. The small chunks without exceptions
+        (most of them) are decoded together, in one kernel call (``codec._batch``); the others, and all of
+        them if that finds a problem, one after the other, each raising what is wrong with it.
         """
+        numbers = np.fromiter(chunks, dtype=np.int64) if not isinstance(chunks, np.ndarray) else chunks
+        numbers = numbers.astype(np.int64, copy=False)
+        # The writer's chunks hold about equal nonzeros: those of a tile whose chunks average twice a run's bound
+        # are not looked at (the look costs microseconds of the GIL, for each unit of a dense tile).
+        if self.nnz <= 2 * RUN_MAX_CHUNK_NNZ * max(1, self.header.n_chunks):
+            plain = plain_chunks(self.table, numbers)
+            if plain.any():
+                args = (self.source, self.table, numbers[plain], self.indptr, self.n_genes, out_indices, out_data)
+                whole = self.source.view if isinstance(self.source, BlobSource) else None
+                if try_decode_run(*args, columns, whole=whole):
+                    numbers = numbers[~plain]
         large = False
-        for chunk in chunks:
+        for chunk in numbers.tolist():
             large |= self.decode_chunk(chunk, out_indices, out_data, columns)
         return large
 
@@ -415,6 +435,64 @@ class CheckedTile:
             raise InvalidValueError(msg)
 
 
+def decode_tiles(
+    tiles: Sequence[CheckedTile],
+    whole: memoryview,
+    offsets: np.ndarray,
+    out_indices: np.ndarray,
+    out_data: np.ndarray,
+    out_starts: np.ndarray,
+    columns: np.ndarray | None = None,
+) -> bool:
+    """Decode every chunk of checked tiles whose objects lie side by side in ``whole``; whether a count exceeds 2^24.
+
+    The small chunks of all of them decode in one kernel call, their frames decompressed in one call of
+    zstandard (``codec._batch.try_decode_tiles``): an atlas's tiles of a few thousand nonzeros cost their
+    bytes, not a call each. The other chunks (exceptions, large ones), and every chunk if that finds a
+    problem, are decoded tile by tile (:meth:`CheckedTile.decode_chunks`), which raises the error of the
+    first broken tile.
+
+    Parameters
+    ----------
+    tiles
+        The tiles, checked (:func:`check_tile_bytes`) from views of ``whole``.
+    whole
+        Their objects: tile ``k`` from byte ``offsets[k]``.
+    offsets
+        ``int64``: where each tile starts in ``whole``.
+    out_indices, out_data
+        The output arrays (int32, and a dtype the decoder writes); tile ``k`` fills ``nnz`` of them from
+        ``out_starts[k]``.
+    out_starts
+        ``int64``: where each tile's nonzeros go.
+    columns
+        As for :meth:`CheckedTile.decode_into` (rows are sorted).
+
+    Raises
+    ------
+    FormatError
+        If a tile breaks a rule of the format (the message names it, the chunk and the stream).
+    """
+    if not tiles:
+        return False
+    n_genes = tiles[0].n_genes
+    done, others = False, list[np.ndarray]()
+    if all(tile.n_genes == n_genes for tile in tiles):
+        tables, indptrs = [tile.table for tile in tiles], [tile.indptr for tile in tiles]
+        outputs = (out_indices, out_data, np.asarray(out_starts, dtype=np.int64), columns)
+        done, others = try_decode_tiles(whole, np.asarray(offsets, dtype=np.int64), tables, indptrs, n_genes, *outputs)
+    large = False
+    for k, tile in enumerate(tiles):
+        start = int(out_starts[k])
+        indices, data = out_indices[start : start + tile.nnz], out_data[start : start + tile.nnz]
+        if not done:
+            large |= tile.decode_chunks(range(tile.header.n_chunks), indices, data, columns)
+            continue
+        for chunk in others[k].tolist():
+            large |= tile.decode_chunk(chunk, indices, data, columns)
+    return large
+
+
 def check_tile_bytes(blob: bytes | bytearray | memoryview, *, name: str = "tile") -> CheckedTile:
     """Check everything of a whole tile object that comes before decompression; nothing is decoded yet.
 
@@ -438,7 +516,8 @@ def check_tile_bytes(blob: bytes | bytearray | memoryview, *, name: str = "tile"
     table = read_chunk_table(view, header)
     check_table(table, indptr, header, name)
     source = BlobSource(view)
-    _check_frame_sizes(source, table, range(header.n_chunks), name)
+    if not frame_sizes_ok(view, table):  # one kernel call; else (or to say what is wrong) frame by frame
+        _check_frame_sizes(source, table, range(header.n_chunks), name)
     return CheckedTile(header, indptr, table, source, name)
 
 

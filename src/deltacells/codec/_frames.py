@@ -28,6 +28,11 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return dctx
 
 
+def decompressor() -> zstandard.ZstdDecompressor:
+    """The calling thread's decompressor (made on its first use, then reused: a context is costly to make)."""
+    return _decompressor()
+
+
 def frame_content_size(frame: memoryview, *, where: str) -> int:
     """Return the content size declared in ``frame``'s header.
 

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     #: The four scratch rows of a radix sort (:func:`radix_scratch`): indices, data, indices, data.
     Scratch = tuple[NDArray[np.integer[Any]], NDArray[Any], NDArray[np.integer[Any]], NDArray[Any]]
 
+    #: An integer argument: a Python int, or numpy's (the kernels read chunk table entries as ``np.int64``).
+    Integer = int | np.integer[Any]
+
 
 @kernel
 def chunk_table_ok(  # pragma: no cover
@@ -624,3 +627,223 @@ def apply_gap_exceptions(  # pragma: no cover
             out_indices[j] = gene
         cell += 1
     return OK, 0
+
+
+#: A zstd frame's magic number (RFC 8878), little-endian.
+_ZSTD_MAGIC = 0xFD2FB528
+
+#: The most a zstd frame can decompress to per byte, and beyond that one block (see ``codec._frames``).
+_MAX_EXPANSION = 32768
+_MAX_BLOCK = 131072
+
+
+@kernel
+def frame_header(  # pragma: no cover
+    blob: NDArray[np.uint8], offset: Integer, length: Integer
+) -> tuple[Integer, Integer]:
+    """``(header size, content size)`` of a plain zstd frame at ``blob[offset : offset + length]``, or ``(-1, -1)``.
+
+    The frame header of RFC 8878 (section 3.1.1.1): magic number, frame header descriptor, window
+    descriptor, dictionary ID, frame content size. ``(-1, -1)`` whenever the frame is not one these kernels
+    vouch for: not a zstd frame, a reserved bit set, a dictionary ID, a window above 2^30, no content size, a
+    header cut short, or a size more than a frame of ``length`` bytes can hold; the caller then asks
+    python-zstandard (``codec._frames``), which accepts the frame or names its problem. Never a size that
+    ``zstandard.get_frame_parameters`` would not give.
+    """
+    end = offset + length
+    if length < 6 or end > blob.shape[0]:
+        return -1, -1
+    magic = (
+        np.uint32(blob[offset])
+        | (np.uint32(blob[offset + 1]) << 8)
+        | (np.uint32(blob[offset + 2]) << 16)
+        | (np.uint32(blob[offset + 3]) << 24)
+    )
+    if magic != _ZSTD_MAGIC:
+        return -1, -1
+    descriptor = np.int64(blob[offset + 4])
+    if descriptor & 0x0B:  # the reserved bit, or a dictionary ID
+        return -1, -1
+    single_segment = (descriptor >> 5) & 1
+    position = offset + 5
+    if not single_segment:
+        if blob[position] >> 3 > 20:  # window log above 30
+            return -1, -1
+        position += 1
+    flag = descriptor >> 6
+    field = (1 if single_segment else 0) if flag == 0 else (1 << flag)
+    if field == 0 or position + field > end:
+        return -1, -1
+    size = np.uint64(0)
+    for k in range(field):
+        size |= np.uint64(blob[position + k]) << np.uint64(8 * k)
+    if field == 2:
+        size += np.uint64(256)
+    if size > np.uint64(length) * np.uint64(_MAX_EXPANSION) + np.uint64(_MAX_BLOCK):
+        return -1, -1
+    return position + field - offset, np.int64(size)
+
+
+@kernel
+def frame_fills(blob: NDArray[np.uint8], offset: Integer, length: Integer) -> bool:  # pragma: no cover
+    """Whether the plain zstd frame at ``blob[offset : offset + length]`` ends exactly there (True).
+
+    Its header (:func:`frame_header`), then each block's 3-byte header and content (a raw or compressed
+    block its size, an RLE block one byte) up to the last block, then the 4-byte checksum if the header
+    announces one: what ``codec._frames.frame_size`` walks. False also for a frame :func:`frame_header` does
+    not vouch for, or a block of the reserved type.
+    """
+    header, _ = frame_header(blob, offset, length)
+    if header < 0:
+        return False
+    end = offset + length
+    position = offset + header
+    while True:
+        if position + 3 > end:
+            return False
+        word = np.int64(blob[position]) | (np.int64(blob[position + 1]) << 8) | (np.int64(blob[position + 2]) << 16)
+        kind = (word >> 1) & 3
+        if kind == 3:
+            return False
+        position += 3 + (1 if kind == 1 else word >> 3)
+        if word & 1:
+            break
+    if blob[offset + 4] & 0x04:  # a content checksum follows the last block
+        position += 4
+    return position == end
+
+
+@kernel
+def frame_sizes_ok(blob: NDArray[np.uint8], table: NDArray[np.uint64]) -> bool:  # pragma: no cover
+    """Whether every frame of every chunk declares a size the format allows (True), in one pass.
+
+    What ``codec._decode._check_frame_sizes`` checks: the gaps and vals frames declare ``2 * n`` bytes, a
+    vexc or gexc frame ``8 * k`` bytes with ``k <= n`` (``n`` the chunk's nonzeros). ``blob`` is the whole
+    tile object and ``table`` its checked chunk table. Answers False also for a frame it cannot read itself
+    (:func:`frame_header`): the caller then runs the checks one by one, which accept it or say what
+    is wrong and where.
+    """
+    for c in range(table.shape[0]):
+        n = np.int64(table[c, NNZ_HI] - table[c, NNZ_LO])
+        for off_col, len_col in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN)):
+            _, size = frame_header(blob, np.int64(table[c, off_col]), np.int64(table[c, len_col]))
+            if size != 2 * n:
+                return False
+        for off_col, len_col in ((VEXC_OFF, VEXC_LEN), (GEXC_OFF, GEXC_LEN)):
+            if table[c, len_col] == 0:
+                continue
+            _, size = frame_header(blob, np.int64(table[c, off_col]), np.int64(table[c, len_col]))
+            if size < 0 or size % 8 or size // 8 > n:
+                return False
+    return True
+
+
+@kernel
+def run_frames_fill(  # pragma: no cover
+    blob: NDArray[np.uint8], table: NDArray[np.uint64], chunks: NDArray[np.int64]
+) -> bool:
+    """Whether the gaps and vals frames of ``chunks`` each fill their stream exactly (:func:`frame_fills`)."""
+    for k in range(chunks.shape[0]):
+        c = chunks[k]
+        for off_col, len_col in ((GAPS_OFF, GAPS_LEN), (VALS_OFF, VALS_LEN)):
+            if not frame_fills(blob, np.int64(table[c, off_col]), np.int64(table[c, len_col])):
+                return False
+    return True
+
+
+@kernel
+def decode_chunk_run(  # pragma: no cover
+    streams: NDArray[np.uint8],
+    table: NDArray[np.uint64],
+    chunks: NDArray[np.int64],
+    chunk_tiles: NDArray[np.int64],
+    indptr: NDArray[np.int64],
+    indptr_starts: NDArray[np.int64],
+    out_starts: NDArray[np.int64],
+    n_genes: int,
+    out_indices: NDArray[np.int32],
+    out_data: NDArray[Any],
+    columns: NDArray[np.int32] | None,
+    sort: bool,
+) -> tuple[int, int, int]:
+    """Decode chunks of one or more tiles whose gaps and vals streams are decompressed side by side in ``streams``.
+
+    ``table`` holds the tiles' chunk tables one after the other, ``indptr`` their row pointers: tile ``t``'s are
+    ``indptr[indptr_starts[t] : indptr_starts[t + 1]]``, and its nonzeros go from ``out_starts[t]`` in the
+    output arrays. Chunk ``chunks[k]`` (a row of ``table``, of tile ``chunk_tiles[k]``, without exception
+    frames) has its ``n`` nonzeros' gaps (``2 * n`` bytes) then vals (``2 * n`` bytes) after those of
+    ``chunks[:k]``; it is decoded as :func:`decode_chunk` decodes it, into its tile's
+    ``[nnz_lo, nnz_hi)``, its genes mapped through ``columns`` and, with ``sort``, the rows then sorted
+    (:func:`sort_rows`), once for each run of consecutive chunks of a tile (the sort's set-up costs more than
+    a small chunk's rows). One call for the small chunks of a tile, or of many tiles, which one call each
+    would cost more to make than to decode. Returns ``(code, k, position)``: the first chunk (``k``, its place
+    in ``chunks``) whose decoding found a problem, or ``OK``.
+    """
+    start = 0
+    run_tile, run_first, run_end, run_lo = -1, 0, 0, 0  # the rows decoded and not sorted yet: one tile's
+    for k in range(chunks.shape[0]):
+        c, t = chunks[k], int(chunk_tiles[k])
+        # Signed (int64) numbers: a uint64 with an int64 would make a float. int() leaves numba's type as it is.
+        cell_lo, cell_hi = int(np.int64(table[c, CELL_LO])), int(np.int64(table[c, CELL_HI]))
+        lo, hi = int(np.int64(table[c, NNZ_LO])), int(np.int64(table[c, NNZ_HI]))
+        n = hi - lo
+        first = out_starts[t] + lo
+        code, position = decode_chunk(
+            streams[start : start + 2 * n],
+            streams[start + 2 * n : start + 4 * n],
+            indptr[indptr_starts[t] : indptr_starts[t + 1]],
+            cell_lo,
+            cell_hi,
+            lo,
+            n_genes,
+            out_indices[first : first + n],
+            out_data[first : first + n],
+            columns,
+        )
+        if code != OK:
+            return code, k, position
+        start += 4 * n
+        if columns is not None and sort:
+            if t != run_tile or cell_lo != run_end:  # not next to the rows pending: sort those first
+                _sort_run(
+                    indptr,
+                    indptr_starts,
+                    out_starts,
+                    run_tile,
+                    run_first,
+                    run_end,
+                    run_lo,
+                    out_indices,
+                    out_data,
+                    columns,
+                )
+                run_tile, run_first, run_lo = t, cell_lo, lo
+            run_end = cell_hi
+    if columns is not None and sort:
+        _sort_run(
+            indptr, indptr_starts, out_starts, run_tile, run_first, run_end, run_lo, out_indices, out_data, columns
+        )
+    return OK, 0, 0
+
+
+@kernel
+def _sort_run(  # pragma: no cover
+    indptr: NDArray[np.int64],
+    indptr_starts: NDArray[np.int64],
+    out_starts: NDArray[np.int64],
+    tile: int,
+    first_row: int,
+    end_row: int,
+    nnz_lo: int,
+    out_indices: NDArray[np.int32],
+    out_data: NDArray[Any],
+    columns: NDArray[np.int32],
+) -> None:
+    """Sort rows ``first_row .. end_row - 1`` of ``tile`` (see :func:`decode_chunk_run`); none when ``tile < 0``."""
+    if tile < 0 or end_row <= first_row:
+        return
+    tile_indptr = indptr[indptr_starts[tile] : indptr_starts[tile + 1]]
+    first = out_starts[tile] + nnz_lo
+    n = tile_indptr[end_row] - nnz_lo
+    indices, data = out_indices[first : first + n], out_data[first : first + n]
+    sort_rows(tile_indptr, first_row, end_row, nnz_lo, indices, data, columns.shape[0])

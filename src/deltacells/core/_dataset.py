@@ -354,7 +354,9 @@ class Dataset:
 
         A range of consecutive cells (a slice of step 1, a full read) is read faster: the tiles it wants
         whole, unless the cache holds them, are decoded straight into the output, in ``dtype``, each
-        nonzero written once, and are not cached (a full read leaves the cache as it was).
+        nonzero written once, and are not cached (a full read leaves the cache as it was). Small tiles (an
+        atlas of a few nonzeros a cell) are read, checked and decoded in groups of consecutive ones, a task
+        of the decoding threads each, so that such a read costs its nonzeros rather than its tiles.
         """
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))

@@ -1,5 +1,11 @@
 """X as a :class:`dask.array.Array` of CSR blocks, a tile or a run of whole tiles each (docs/format.md, decision 14).
 
+Blocks hold whole tiles: one each (``chunks="tiles"``), about a number of cells (an int), or, with
+``chunks="auto"`` (the default of ``X.to_dask()``), about dask's ``array.chunk-size`` of decoded CSR
+(:func:`auto_row_chunks`), as dask's own ``chunks="auto"`` sizes blocks: an atlas of thousands of small tiles
+then makes a few blocks of many tiles, each read by one task with the path of whole tiles
+(``Dataset.read_rows`` of a range), rather than a task per tile.
+
 The array is made with :func:`dask.array.map_blocks` and no input array (dask's documented way to make an
 array from scratch): each block's task holds a :class:`BlockSource` (the dataset's store, which pickles to
 its URL and options, and the reader's settings) and learns its rows from ``block_info``; it never holds
@@ -16,7 +22,7 @@ import pickle
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 from scipy import sparse
@@ -32,6 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BlockSource",
+    "Chunks",
+    "auto_row_chunks",
+    "dask_chunk_bytes",
     "dask_array",
     "dataset_for",
     "parse_chunks",
@@ -44,24 +53,30 @@ __all__ = [
 MAX_OPEN_DATASETS = 8
 
 _CHUNKS_HELP = (
-    "None (the lazy X, a TiledCSRDataset), 'tiles' (one dask block per tile) or a number of cells per block "
-    "(a positive int, rounded to whole tiles)"
+    "None (the lazy X, a TiledCSRDataset), 'auto' (blocks of whole tiles of about dask's array.chunk-size), "
+    "'tiles' (one dask block per tile) or a number of cells per block (a positive int, rounded to whole tiles)"
 )
 
+#: What ``chunks=`` takes besides ``None``.
+Chunks = Literal["auto", "tiles"] | int
+
+#: Bytes of a decoded nonzero's column index (int32) and of a row pointer (int64, as reads fill it).
+_INDEX_BYTES, _INDPTR_BYTES = 4, 8
+
 
 @overload
-def parse_chunks(chunks: Any, *, allow_none: Literal[False]) -> Literal["tiles"] | int: ...
+def parse_chunks(chunks: Any, *, allow_none: Literal[False]) -> Chunks: ...
 @overload
-def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | int | None: ...
-def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | int | None:
-    """Check a ``chunks=`` value: ``None``, ``"tiles"`` or a positive int (a number of cells per block).
+def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Chunks | None: ...
+def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Chunks | None:
+    """Check a ``chunks=`` value: ``None``, ``"auto"``, ``"tiles"`` or a positive int (a number of cells per block).
 
     Raises
     ------
     InvalidTypeError
         For a value of another type (a float, a bool, a tuple or dict of chunk sizes...).
     InvalidValueError
-        For another string (``"auto"``), an int below 1, or ``None`` where a dask array is asked for.
+        For another string, an int below 1, or ``None`` where a dask array is asked for.
     """
     accepted = _CHUNKS_HELP if allow_none else _CHUNKS_HELP.split(", ", 1)[1]
     if chunks is None:
@@ -70,8 +85,8 @@ def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | 
         msg = f"chunks must be {accepted}; None gives no dask array (use the lazy X itself)"
         raise InvalidValueError(msg)
     if isinstance(chunks, str):
-        if chunks == "tiles":
-            return "tiles"
+        if chunks in ("auto", "tiles"):
+            return cast("Literal['auto', 'tiles']", chunks)
         msg = f"chunks must be {accepted}; got the string {chunks!r}"
         raise InvalidValueError(msg)
     if not is_integer(chunks):
@@ -83,27 +98,71 @@ def parse_chunks(chunks: Any, *, allow_none: bool = True) -> Literal["tiles"] | 
     return int(chunks)
 
 
-def row_chunks(manifest: Manifest, chunks: str | int) -> tuple[int, ...]:
-    """The cells of each row block: one tile per block (``"tiles"``), or about ``chunks`` cells in whole tiles.
+def row_chunks(manifest: Manifest, chunks: Chunks, dtype: np.dtype | None = None) -> tuple[int, ...]:
+    """The cells of each row block, in whole tiles: one tile (``"tiles"``), about ``chunks`` cells, or ``"auto"``.
 
     An int becomes ``max(1, round(chunks / tile_size))`` tiles per block (the last block may hold fewer);
-    a dataset without cells has one empty block.
+    ``"auto"`` blocks of about dask's ``array.chunk-size`` of decoded CSR in ``dtype``
+    (:func:`auto_row_chunks`). A dataset without cells has one empty block.
     """
     tile_cells = np.asarray(manifest.tile_cells, dtype=np.int64)
     if tile_cells.shape[0] == 0:
         return (0,)
+    if chunks == "auto":
+        return auto_row_chunks(manifest, np.dtype(np.float32 if dtype is None else dtype))
     per_block = tiles_per_block(manifest, chunks)
     if per_block == 1:
         return tuple(int(n) for n in tile_cells)
     return tuple(int(n) for n in np.add.reduceat(tile_cells, np.arange(0, tile_cells.shape[0], per_block)))
 
 
-def tiles_per_block(manifest: Manifest, chunks: str | int) -> int:
+def tiles_per_block(manifest: Manifest, chunks: Literal["tiles"] | int) -> int:
     """Whole tiles in each block: 1 for ``"tiles"``, else ``chunks / tile_size`` rounded (half up), at least 1."""
     if chunks == "tiles":
         return 1
     tile_size = max(1, int(manifest.tile_size))
     return max(1, (int(chunks) + tile_size // 2) // tile_size)
+
+
+def auto_row_chunks(manifest: Manifest, dtype: np.dtype, target_bytes: int | None = None) -> tuple[int, ...]:
+    """Blocks of whole tiles holding about ``target_bytes`` of decoded CSR each: ``chunks="auto"``.
+
+    A tile decodes to ``tile_nnz * (4 + dtype.itemsize) + 8 * tile_cells`` bytes (int32 column indices, the
+    values, int64 row pointers). The blocks are as many as ``target_bytes`` (default: dask's
+    ``array.chunk-size``, 128 MiB unless configured, as dask's ``chunks="auto"`` takes it) fits in the whole,
+    rounded up, and as equal as whole tiles allow: each ends at the tile boundary nearest its share of the
+    running total of bytes. A block holds at least one tile.
+
+    Examples
+    --------
+    >>> from deltacells.format import Manifest
+    >>> m = Manifest(12, 5, 2, [2] * 6, [4] * 6, [1] * 6, n_chunks=1, zstd_level=1)  # 6 tiles of 2 cells, 4 nonzeros
+    >>> auto_row_chunks(m, np.dtype(np.float32), target_bytes=100)  # 48 bytes a tile, 288 in all: 3 blocks
+    (4, 4, 4)
+    """
+    tile_cells = np.asarray(manifest.tile_cells, dtype=np.int64)
+    n_tiles = tile_cells.shape[0]
+    if n_tiles == 0:
+        return (0,)
+    if target_bytes is None:
+        target_bytes = dask_chunk_bytes()
+    sizes = np.asarray(manifest.tile_nnz, dtype=np.int64) * (_INDEX_BYTES + dtype.itemsize)
+    sizes += _INDPTR_BYTES * tile_cells
+    ends = np.cumsum(sizes)
+    total = int(ends[-1])
+    n_blocks = max(1, min(n_tiles, -(-total // max(1, int(target_bytes)))))
+    shares = total * np.arange(1, n_blocks, dtype=np.float64) / n_blocks
+    cuts = np.unique(np.searchsorted(ends - sizes / 2, shares))  # the boundary nearest each share (tile midpoints)
+    bounds = np.concatenate(([0], cuts[(cuts > 0) & (cuts < n_tiles)], [n_tiles]))
+    return tuple(int(n) for n in np.add.reduceat(tile_cells, bounds[:-1]))
+
+
+def dask_chunk_bytes() -> int:
+    """The bytes of dask's ``array.chunk-size`` (``dask.config``; 128 MiB by default)."""
+    import dask
+    from dask.utils import parse_bytes
+
+    return int(parse_bytes(dask.config.get("array.chunk-size")))
 
 
 @dataclass(frozen=True)
@@ -176,7 +235,7 @@ def manifest_fingerprint(manifest: Manifest) -> str:
     return hashlib.sha256(manifest.to_json().encode()).hexdigest()
 
 
-def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: str | int, *, sparse_array: bool) -> Any:
+def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: Chunks, *, sparse_array: bool) -> Any:
     """``dataset`` as a :class:`dask.array.Array` of CSR blocks of whole tiles (``chunks`` checked here).
 
     Parameters
@@ -187,7 +246,7 @@ def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: str | int
     dtype
         dtype of the values.
     chunks
-        ``"tiles"`` or a number of cells per block.
+        ``"auto"``, ``"tiles"`` or a number of cells per block (:func:`row_chunks`).
     sparse_array
         Blocks (and ``meta``) are ``csr_array`` rather than ``csr_matrix``.
     """
@@ -205,9 +264,10 @@ def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: str | int
         return members[0] if len(members) == 1 else da.concatenate(members, axis=0)
     register_with_dask()
     source = BlockSource.of(dataset, dtype, sparse_array=sparse_array)
-    rows = row_chunks(dataset.manifest, chunks)
+    rows = row_chunks(dataset.manifest, chunks, source.dtype)
     # The same dataset, settings and blocks give the same name (and so the same keys: dask reads them once).
-    token = repr((source.key, source.dtype.str, source.sparse_array, tiles_per_block(dataset.manifest, chunks)))
+    blocks = hashlib.sha256(np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()
+    token = repr((source.key, source.dtype.str, source.sparse_array, blocks))
     name = "read-deltacells-" + hashlib.sha256(token.encode()).hexdigest()[:32]
     _remember(source.key, dataset)  # blocks run here use the dataset already open
     return da.map_blocks(

@@ -14,7 +14,7 @@ from deltacells._checks import is_integer
 from deltacells._sparse import issparse
 from deltacells.core import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
-from deltacells.io._dask import dask_array
+from deltacells.io._dask import Chunks, dask_array
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -217,7 +217,7 @@ class TiledCSRDataset:
         """
         return _memory_class(self._dataset.read_rows(slice(None), dtype=self._dtype))
 
-    def to_dask(self, chunks: str | int = "tiles") -> Any:  # a dask.array.Array (dask is optional: not imported here)
+    def to_dask(self, chunks: Chunks = "auto") -> Any:  # a dask.array.Array (dask is optional: not imported here)
         """The matrix as a :class:`dask.array.Array` of CSR blocks of whole tiles (nothing is read yet).
 
         ``read_deltacells(path, chunks=...)`` gives the same as ``adata.X``. Each block is what
@@ -225,14 +225,19 @@ class TiledCSRDataset:
         ``anndata.settings.use_sparse_array_on_read`` on) of this dtype, in this gene order; ``meta`` is an
         empty ``(0, 0)`` one. A block's task pickles to the dataset's store (its URL and options) and settings,
         never to decoded data, so dask.distributed workers read the tiles themselves, opening the dataset once
-        per process.
+        per process. A block's tiles are read and decoded as a range of cells is (``Dataset.read_rows``): the
+        small tiles of an atlas in groups, their checks and reads spread over the decoding threads.
 
         Parameters
         ----------
         chunks
-            ``"tiles"`` (default): one block per tile, the manifest's ``tile_cells`` rows each. An int: blocks of
-            about that many cells, rounded to whole tiles (never less than one tile; the last block holds
-            what is left). A single column block holds every gene.
+            ``"auto"`` (default): blocks of whole tiles holding about dask's ``array.chunk-size`` (128 MiB unless
+            configured: ``dask.config.set({"array.chunk-size": "256MiB"})``) of decoded CSR each, as equal as
+            whole tiles allow, as dask's own ``chunks="auto"`` sizes blocks: few tasks, each of many tiles.
+            ``"tiles"``: one block per tile, the manifest's ``tile_cells`` rows each (a task per tile: for
+            work that wants the tiles themselves). An int: blocks of about that many cells, rounded to whole
+            tiles (never less than one tile; the last block holds what is left). A single column block holds
+            every gene.
 
         Returns
         -------

@@ -17,7 +17,7 @@ from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._assemble import anndata_parts, counts_location, counts_of
 from deltacells.io._collection import is_collection, read_collection
-from deltacells.io._dask import dataset_for, parse_chunks, source_of
+from deltacells.io._dask import Chunks, dataset_for, parse_chunks, source_of
 from deltacells.io._frames import (
     default_names_of,
     in_column_order,
@@ -57,7 +57,7 @@ def read_deltacells(
     gene_order: Literal["original", "stored"] = "original",
     io_concurrency: int | None = None,
     lazy_obs: bool | None = None,
-    chunks: Literal["tiles"] | int | None = None,
+    chunks: Chunks | None = None,
     extras: bool = True,
     join: Literal["inner", "outer"] = "inner",
     label: str | None = "dataset",
@@ -126,11 +126,13 @@ def read_deltacells(
         user guide on reading atlases.
     chunks
         As xarray's ``chunks=``: ``None`` (default) gives the lazy ``X``, a :class:`~deltacells.TiledCSRDataset`;
-        ``"tiles"`` gives ``X`` as a :class:`dask.array.Array` with one block per tile (rows as the manifest's
-        ``tile_cells``, one column block), and an int blocks of about that many cells, rounded to whole tiles
-        (never less than one). Blocks are CSR, as ``TiledCSRDataset.to_memory()`` gives them, and their tasks
-        pickle to the dataset's URL and options, so dask.distributed workers read the tiles themselves. Needs
-        ``dask[array]``. Same as ``X.to_dask(chunks)`` on the lazy ``X``.
+        otherwise ``X`` is a :class:`dask.array.Array` of CSR blocks of whole tiles (one column block):
+        ``"auto"`` blocks of about dask's ``array.chunk-size`` of decoded CSR (128 MiB unless configured), as
+        dask's own ``chunks="auto"`` sizes blocks, ``"tiles"`` one block per tile (rows as the manifest's
+        ``tile_cells``), and an int blocks of about that many cells, rounded to whole tiles (never less than
+        one). Blocks are CSR, as ``TiledCSRDataset.to_memory()`` gives them, and their tasks pickle to the
+        dataset's URL and options, so dask.distributed workers read the tiles themselves. Needs
+        ``dask[array]``. Same as ``X.to_dask(chunks)`` on the lazy ``X`` (whose default is ``"auto"``).
     extras
         Give back the rest of the AnnData the dataset was written from (``anndata.zarr``, docs/format.md, decision 15):
         obsm, varm, obsp, varp, uns, layers and raw, and the tiles' matrix where it was (X, a layer or raw.X).
