@@ -150,7 +150,7 @@ def read_collection(
     io_concurrency: int | None,
     lazy: Callable[[int], bool],
 ) -> tuple[Collection, Any, pd.DataFrame, dict[str, Any]]:
-    """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
+    """The collection's matrix, obs and var, and what made it (datasets, keys, join...: see :func:`open_collection`).
 
     ``lazy(n_cells)`` says whether obs is lazy (a :class:`~deltacells.io._lazy_obs.LazyObs` over the datasets'
     caches, :class:`~deltacells.obs.CollectionObs`) or a pandas frame of the same columns.
