@@ -34,8 +34,8 @@ def parse_read_dtype(dtype: DTypeLike | None, dataset: Dataset | Collection | No
     ``None`` is the dataset's own dtype (docs/format.md, decision 9): the counts' as written, float32 for a dataset that
     records none; a collection's, its datasets' promoted as :func:`anndata.concat` would.
     """
-    if dtype is None and dataset is not None:
-        return dataset.dtype
+    if dataset is not None and (dtype is None or _same_dtype(dtype, dataset.dtype)):
+        return dataset.dtype  # the dataset's own: any dtype counts were written in (uint16...)
     try:
         parsed = np.dtype(dtype)
     except TypeError as exc:
@@ -281,6 +281,13 @@ class TiledCSRDataset:
         for lo in range(0, selected.shape[0], tile_size):
             picked = selected[lo : lo + tile_size]
             yield picked, self._dataset.read_rows(picked, dtype=self._dtype)
+
+
+def _same_dtype(dtype: DTypeLike, other: np.dtype) -> bool:
+    try:
+        return bool(np.dtype(dtype) == other)
+    except TypeError:
+        return False
 
 
 def csr_bytes(n_rows: int, nnz: int, dtype: np.dtype) -> int:
