@@ -114,9 +114,14 @@ def test_counts_in_raw_come_back_as_written(tmp_path: Path, dtype: str) -> None:
     source = full[:, :N_GENES].copy()
     source.raw = full
     source.X = sparse.csr_matrix(np.log1p(source.X.toarray().astype(np.float32)))
-    got = deltacells.read_deltacells(written(tmp_path, source, raw=True), cache_dir=tmp_path / "cache")
+    path = written(tmp_path, source, raw=True)
+    got = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache")
     assert got.raw.X.dtype == np.dtype(dtype)
-    assert_same_anndata(got.to_memory(), source)
+    assert_same_anndata(got.to_memory(), source)  # raw's varm too (beside the tiles: raw/varm/<key>)
+    assert not validate_dataset(path).problems
+    stored = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache", gene_order="stored")
+    order = stored.raw.X.dataset.gene_order()
+    np.testing.assert_array_equal(stored.raw.varm["loadings"], full.varm["loadings"][order])  # in the tiles' order
 
 
 @pytest.mark.parametrize("chunks", ["tiles", 64])
@@ -294,7 +299,11 @@ def test_sizeof_with_disk_is_the_size_in_memory(tmp_path: Path, dtype: str) -> N
     """anndata's ``test_backed_sizeof``: an AnnData's size with its data on disk is its size in memory."""
     source = ad.AnnData(X=counts(dtype), obs=annotated(counts()).obs)
     got = deltacells.read_deltacells(written(tmp_path, source), cache_dir=tmp_path / "cache")
-    assert source.__sizeof__() == got.__sizeof__(with_disk=True)
+
+    def frames(adata: ad.AnnData) -> int:  # pandas 3 counts an Arrow string column's buffers, as it was built
+        return adata.obs.__sizeof__() + adata.var.__sizeof__()
+
+    assert source.__sizeof__() - frames(source) == got.__sizeof__(with_disk=True) - frames(got)
     assert source.__sizeof__() > got.__sizeof__()
     memory = got.X.to_memory()
     arrays = memory.data.nbytes + memory.indices.nbytes + memory.indptr.nbytes

@@ -371,9 +371,9 @@ class Dataset:
         """
         dtype = self.dtype if dtype is None else np.dtype(dtype)
         if decoded_dtype(dtype) != dtype:  # decoded in one of the decoders' dtypes, then cast
-            matrix = self.read_rows(index, dtype=decoded_dtype(dtype))
-            matrix.data = matrix.data.astype(dtype)
-            return matrix
+            decoded = self.read_rows(index, dtype=decoded_dtype(dtype))
+            decoded.data = decoded.data.astype(dtype)
+            return decoded
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         span = _as_range(rows)

@@ -55,7 +55,8 @@ def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[
         elements["X"] = adata.X
     if raw:
         elements["var"] = _in_memory(adata.var)
-        for key, value in adata.raw.varm.items():  # raw's genes are the tiles': its varm goes beside them
+        raw_varm = adata.raw.varm  # type: ignore[arg-type, unused-ignore]  # anndata types the descriptor for AnnData
+        for key, value in raw_varm.items():  # raw's genes are the tiles': its varm goes beside them
             elements[f"{RAW_VARM}/{key}"] = _in_memory(value)
     elif adata.raw is not None:
         elements["raw"] = _raw_in_memory(adata)
@@ -108,13 +109,12 @@ def write_extras(
             mapping, items = "uns", value.items()
         else:
             items = [(key, value)]
-        if mapping == RAW_VARM and "raw" not in group:
-            group.create_group("raw")  # only its varm: raw itself is the tiles'
-        if mapping and mapping not in group:
-            ad.io.write_elem(group, mapping, {})  # an anndata dict, so that anndata reads the mapping whole too
+        parent, mapping_name = (group.require_group("raw"), "varm") if mapping == RAW_VARM else (group, mapping)
+        if mapping and mapping_name not in parent:  # (raw's varm alone: raw itself is the tiles')
+            ad.io.write_elem(parent, mapping_name, {})  # an anndata dict, so that anndata reads the mapping whole too
         for name, item in items:
             try:
-                ad.io.write_elem(group[mapping] if mapping else group, name, item)
+                ad.io.write_elem(parent[mapping_name] if mapping else group, name, item)
             except Exception as exc:
                 msg = (
                     f"adata.{_attribute(f'{mapping}/{name}' if mapping else name)} cannot be stored by anndata's "

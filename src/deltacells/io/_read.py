@@ -306,7 +306,8 @@ def restore_gene_order(adata: ad.AnnData, gene_order: np.ndarray | None = None) 
             return adata  # no dataset's matrix, no order given: nothing known to restore
         order, location = np.asarray(gene_order), "X"
     else:
-        dataset = counts.dataset if isinstance(counts, TiledCSRDataset) else dataset_for(source_of(counts))
+        source = None if isinstance(counts, TiledCSRDataset) else source_of(counts)
+        dataset = counts.dataset if source is None else dataset_for(source)  # counts_of found a source for dask
         if isinstance(dataset, Collection) or dataset.gene_order_mode != "stored" or dataset.gene_order() is None:
             return adata  # in the original order already (or a collection's join): nothing to restore
         order, location = np.asarray(dataset.gene_order()), counts_location_in(ref, counts)
