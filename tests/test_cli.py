@@ -65,7 +65,7 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
 def read_back(path: Path, cache: Path) -> ad.AnnData:
     """The tiles' matrix at ``path`` in memory as X (``extras=False``), genes back in the source's order, int32."""
     adata = dc.read_deltacells(path, cache_dir=cache, dtype="int32", extras=False)
-    if "gene_order" in adata.uns["deltacells"]:
+    if adata.X.dataset.gene_order() is not None:
         adata = dc.restore_gene_order(adata)
     return adata.to_memory()
 

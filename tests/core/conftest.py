@@ -45,6 +45,8 @@ def _write(
     """Write ``matrix`` with a TileWriter in blocks of ``block_rows`` rows (default: one block)."""
     n_rows = matrix.shape[0]
     step = block_rows or max(1, n_rows)
+    if n_rows == 0:  # no block to learn the counts' dtype from (docs/format.md, decision 9): say it
+        options.setdefault("counts_dtype", matrix.dtype)
     with DatasetWriter(path, matrix.shape[1], level=level, **options) as writer:
         for lo in range(0, n_rows, step):
             writer.write(matrix[lo : lo + step])
@@ -89,8 +91,12 @@ def memory_url() -> Iterator[str]:
         fs.rm(f"/{name}", recursive=True)
 
 
-def _assert_csr_equals(result: Any, expected: np.ndarray, dtype: Any = np.float32) -> None:
-    """``result`` is a canonical scipy CSR matrix of ``dtype`` whose dense form is ``expected``."""
+def _assert_csr_equals(result: Any, expected: np.ndarray, dtype: Any = None) -> None:
+    """``result`` is a canonical scipy CSR matrix of ``dtype`` whose dense form is ``expected``.
+
+    ``dtype`` defaults to ``expected``'s: the dtype a dataset written from it reads in (docs/format.md, decision 9).
+    """
+    dtype = expected.dtype if dtype is None else dtype
     assert isinstance(result, sparse.csr_matrix)
     assert result.shape == expected.shape
     assert result.dtype == np.dtype(dtype)
@@ -106,5 +112,5 @@ def _assert_csr_equals(result: Any, expected: np.ndarray, dtype: Any = np.float3
 
 @pytest.fixture(scope="session")
 def assert_csr_equals() -> Callable[..., None]:
-    """``assert_csr_equals(result, expected_dense, dtype=np.float32)``."""
+    """``assert_csr_equals(result, expected_dense, dtype=None)`` (default: ``expected_dense``'s dtype)."""
     return _assert_csr_equals

@@ -189,24 +189,36 @@ def test_counts_above_2_24_exact_in_wide_dtypes(write_dataset, dtype, assert_csr
 
 def test_float32_without_big_counts_in_the_tiles_read_does_not_warn(write_dataset, assert_csr_equals):
     ds, dense = _big_counts_dataset(write_dataset)
-    assert_csr_equals(ds.read_rows([4, 8]), dense[[4, 8]])  # tiles 1 and 2 hold no count above 2^24
+    assert_csr_equals(ds.read_rows([4, 8], dtype=np.float32), dense[[4, 8]], np.float32)  # no count above 2^24 there
 
 
 def test_float32_warns_once_for_counts_above_2_24(write_dataset, assert_csr_equals):
     ds, dense = _big_counts_dataset(write_dataset)
     with pytest.warns(DeltaCellsWarning, match=r"above 2\^24") as record:
-        result = ds.read_rows()
+        result = ds.read_rows(dtype=np.float32)
     assert len(record) == 1
     assert record[0].filename == __file__  # attributed to the caller, not to deltacells
-    assert_csr_equals(result, dense)
+    assert_csr_equals(result, dense, np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ds.read_rows([0, 1])  # once per dataset
+        ds.read_rows([0, 1], dtype=np.float32)  # once per dataset
         ds.read_rows(dtype=np.float64)
 
 
-def test_default_dtype_is_float32(uneven):
-    assert uneven.open().read_rows([0, 1]).dtype == np.float32
+def test_default_dtype_is_the_one_written(uneven, write_dataset):
+    assert uneven.open().dtype == uneven.dense.dtype == np.int64
+    assert uneven.open().read_rows([0, 1]).dtype == np.int64
+    assert uneven.open().read_rows(slice(0, 30)).dtype == np.int64
+    assert uneven.open().read_rows_uncached([3, 0]).dtype == np.int64
+
+
+def test_a_dataset_that_records_no_dtype_reads_as_float32(write_dataset):
+    path = Path(write_dataset(sparse.csr_matrix(np.ones((3, 2), dtype=np.int32)), tile_size=2))
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["metadata"]["deltacells"]  # as written before the dtype was recorded
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert open_dataset(path).recorded_dtype is None
+    assert open_dataset(path).read_rows().dtype == np.float32
 
 
 def test_result_index_dtype_is_int32(uneven):

@@ -56,8 +56,8 @@ def test_rows_equal_the_written_matrix(
     ds = open_dataset(RemoteLookingStore(path) if remote else path, threads=threads).with_gene_order(gene_order)
     got = ds.read_rows_uncached(rows)
     source = counts if gene_order == "original" else counts[:, ORDER]
-    want = _canonical(source[rows], np.float32)
-    assert got.dtype == np.float32 and got.shape == (rows.shape[0], N_GENES)
+    want = _canonical(source[rows], counts.dtype)  # in the dtype written (docs/format.md, decision 9)
+    assert got.dtype == counts.dtype and got.shape == (rows.shape[0], N_GENES)
     assert got.has_canonical_format
     np.testing.assert_array_equal(got.indptr, want.indptr)
     np.testing.assert_array_equal(got.indices, want.indices)  # sorted in each row, as scipy's

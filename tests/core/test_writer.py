@@ -29,8 +29,12 @@ def counts(make_counts) -> sparse.csr_matrix:
 
 
 def _files(path: Path) -> dict[str, bytes]:
-    """Every file under ``path`` by relative name."""
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    """Every file under ``path`` by relative name; the manifest without the dtype of the blocks written."""
+    files = {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    manifest = json.loads(files["manifest.json"])
+    manifest["metadata"].get("deltacells", {}).pop("dtype", None)  # the blocks' dtype (test_the_blocks_dtype_...)
+    files["manifest.json"] = json.dumps(manifest).encode()
+    return files
 
 
 def _write_blocks(path: Any, blocks: list[Any], n_genes: int, **options: Any) -> None:
@@ -110,6 +114,21 @@ def test_block_formats_give_identical_datasets(tmp_path, counts, reference, conv
     blocks = [convert(counts[:20]), convert(counts[20:])]
     _write_blocks(tmp_path / "ds", blocks, N_GENES, tile_size=TILE)
     assert _files(tmp_path / "ds") == reference
+    given = blocks[0].dtype if hasattr(blocks[0], "dtype") else np.asarray(blocks[0]).dtype
+    assert open_dataset(tmp_path / "ds").dtype == given  # what reads give (docs/format.md, decision 9)
+
+
+def test_the_blocks_dtype_is_recorded_promoted_or_as_given(tmp_path, counts):
+    _write_blocks(tmp_path / "a", [counts[:20].astype(np.int16), counts[20:].astype(np.uint16)], N_GENES)
+    assert open_dataset(tmp_path / "a").manifest.metadata == {"deltacells": {"dtype": "int32"}}  # numpy's promotion
+    _write_blocks(tmp_path / "b", [counts.astype(np.int64)], N_GENES, counts_dtype="float64")
+    assert open_dataset(tmp_path / "b").dtype == np.float64
+    _write_blocks(tmp_path / "c", [counts.toarray().astype(np.float16)], N_GENES)
+    assert open_dataset(tmp_path / "c").dtype == np.float32  # scipy's sparse matrices have no float16
+    with pytest.raises(TypeError, match="counts_dtype must be an integer or floating dtype"):
+        DatasetWriter(tmp_path / "d", N_GENES, counts_dtype="complex64")
+    DatasetWriter(tmp_path / "e", N_GENES).close()  # no block: no dtype known, the dataset reads as float32
+    assert open_dataset(tmp_path / "e").recorded_dtype is None and open_dataset(tmp_path / "e").dtype == np.float32
 
 
 def test_canonicalisation(tmp_path, assert_csr_equals):
@@ -136,7 +155,7 @@ def test_coo_duplicates_and_zeros(tmp_path, assert_csr_equals):
     _write_blocks(tmp_path / "ds", [block], 4)
     ds = open_dataset(tmp_path / "ds")
     assert ds.manifest.tile_nnz.tolist() == [2]
-    assert_csr_equals(ds.read_rows(), np.array([[0, 0, 3, 0], [0, 0, 0, 0], [0, 0, 0, 6]]))
+    assert_csr_equals(ds.read_rows(), np.array([[0, 0, 3, 0], [0, 0, 0, 0], [0, 0, 0, 6]]), np.float64)
 
 
 def test_to_count_csr_output_is_canonical_int32():
@@ -566,7 +585,7 @@ def test_manifest_fields(tmp_path, counts):
     doc = json.loads((path / "manifest.json").read_text())
     assert doc["format"] == "deltacells-dataset"
     assert doc["version"] == 2
-    assert doc["metadata"] == metadata
+    assert doc["metadata"] == {**metadata, "deltacells": {"dtype": str(counts.dtype)}}  # the blocks' dtype beside
     assert (m.n_cells, m.n_genes, m.tile_size, m.n_chunks, m.zstd_level) == (N_CELLS, N_GENES, TILE, 3, 2)
     assert m.tile_cells.tolist() == [8] * 6 + [5]
     assert (m.has_gene_order, m.has_var_names, m.has_var_table, m.has_obs) == (False, False, False, False)
@@ -598,7 +617,7 @@ def test_default_options(tmp_path, counts, assert_csr_equals):
     assert m.n_chunks == DEFAULT_N_CHUNKS == 24
     assert m.tile_size == DEFAULT_TILE_SIZE == 2048
     assert m.tile_cells.tolist() == [N_CELLS]
-    assert m.metadata == {}
+    assert m.metadata == {"deltacells": {"dtype": str(counts.dtype)}}
     assert_csr_equals(open_dataset(path).read_rows(), counts.toarray())
 
 
@@ -638,7 +657,7 @@ def test_big_counts_and_big_gaps_round_trip(tmp_path, assert_csr_equals):
     expected = block.toarray()
     for dtype in (np.int64, np.int32, np.float64):
         assert_csr_equals(ds.read_rows(dtype=dtype), expected, dtype)
-    assert_csr_equals(ds.read_rows([5, 4]), expected[[5, 4]], np.float32)  # tile 1: no count above 2^24
+    assert_csr_equals(ds.read_rows([5, 4], dtype=np.float32), expected[[5, 4]], np.float32)  # tile 1: none above 2^24
 
 
 # ---------------------------------------------------------------------------------------------- exception policy

@@ -51,14 +51,18 @@ def canonical_csr(matrix: Any, dtype: Any = np.float32) -> sparse.csr_matrix:
     return csr
 
 
-def _assert_X_equal(got: Any, expected: Any, dtype: Any = np.float32, *, sorted_indices: bool = True) -> None:
-    """``got`` is a CSR matrix of ``dtype`` equal to ``expected``, without explicit zeros.
+def _assert_X_equal(got: Any, expected: Any, dtype: Any = None, *, sorted_indices: bool = True) -> None:
+    """``got`` is a CSR matrix of ``dtype`` (default: ``expected``'s, as a round trip gives) equal to ``expected``.
+
+    Without explicit zeros.
 
     With ``sorted_indices`` its column indices must also be sorted within each row (whole rows read from
     a dataset are); scipy itself leaves them unsorted after selecting columns in another order.
     """
     if isinstance(got, TiledCSRDataset):
         got = got.to_memory()
+    if dtype is None:
+        dtype = expected.dtype
     if not sorted_indices:
         got = got.copy()
         got.sort_indices()
@@ -87,7 +91,7 @@ def _assert_obs_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 
 @pytest.fixture(scope="session")
 def assert_X_equal() -> Callable[..., None]:
-    """``assert_X_equal(got, expected, dtype=np.float32, *, sorted_indices=True)`` (see ``_assert_X_equal``)."""
+    """``assert_X_equal(got, expected, dtype=None, *, sorted_indices=True)`` (see ``_assert_X_equal``)."""
     return _assert_X_equal
 
 

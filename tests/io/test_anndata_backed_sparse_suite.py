@@ -10,10 +10,8 @@ the tag of the installed anndata, named by ``$DELTACELLS_ANNDATA_TESTS`` (it ski
 The suite runs in a pytest of its own in that folder, with ``anndata_suite_plugin`` (beside this file), which
 swaps anndata's CSR datasets for deltacells' and says which tests used one.
 
-Every test that used a deltacells X passes, but ``test_backed_sizeof``: it expects an AnnData's size with its data
-on disk to equal its size in memory, as holds for anndata's own backed arrays (it counts their uncompressed
-bytes), while deltacells counts its tiles' bytes as stored (more than the CSR arrays for these 50 x 50 matrices of
-a few hundred nonzeros, less for real data).
+Every test that used a deltacells X passes, ``test_backed_sizeof`` too: an AnnData's size with its data on disk is
+its size in memory, as anndata counts its own backed arrays (their arrays' bytes, not the bytes stored).
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-#: anndata's tests that a deltacells X fails, with the reason (see the module docstring).
-EXPECTED_FAILURES = {"test_backed_sizeof": "counts the tiles' stored bytes, not the in-memory size"}
+#: anndata's tests that a deltacells X fails, with the reason (see the module docstring): none.
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.slow

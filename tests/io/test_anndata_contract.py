@@ -198,21 +198,25 @@ def test_column_out_of_range_message(lazy):
 # ---------------------------------------------------------------------- 6. __sizeof__
 
 
+def _arrays_bytes(matrix: sparse.csr_matrix) -> int:
+    return int(matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes)
+
+
 def test_sizeof_with_disk(files, both):
-    # with_disk=True adds what is on disk: anndata's backed arrays, a deltacells X's tiles (their stored bytes).
+    # with_disk=True counts X as anndata counts its backed arrays: the bytes of the CSR arrays once in memory.
     backed, lazy = both["h5ad"], both["deltacells"]
     assert backed.__sizeof__(with_disk=True) > backed.__sizeof__()
-    tiles = sum(path.stat().st_size for path in (files[1] / "tiles").iterdir())
-    assert tiles == int(lazy.X.dataset.tile_bytes.sum()) > 0
-    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() - object.__sizeof__(lazy.X) + tiles
+    in_memory = _arrays_bytes(lazy.X.to_memory())
+    assert in_memory == _arrays_bytes(files[0].X)  # the matrix written: the same dtypes, the same arrays
+    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() - object.__sizeof__(lazy.X) + in_memory
     assert lazy.X.__sizeof__() == object.__sizeof__(lazy.X)  # outside AnnData.__sizeof__(with_disk=True)
     assert "with_disk" in TiledCSRDataset.__doc__
 
 
 def test_sizeof_with_disk_counts_a_lazy_layer_too(lazy):
-    tiles = int(lazy.X.dataset.tile_bytes.sum())
+    in_memory = _arrays_bytes(lazy.X.to_memory())
     lazy.layers["counts"] = lazy.X
-    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() + 2 * (tiles - object.__sizeof__(lazy.X))
+    assert lazy.__sizeof__(with_disk=True) == lazy.__sizeof__() + 2 * (in_memory - object.__sizeof__(lazy.X))
 
 
 # ---------------------------------------------------------------------- 6b. anndata's test helpers

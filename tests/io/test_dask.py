@@ -24,6 +24,7 @@ from deltacells.core import Dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io import TiledCSRDataset, _dask
+from deltacells.io._dask import source_of
 from deltacells.io._dask_blocks import block_class
 
 da = pytest.importorskip("dask.array")
@@ -73,10 +74,10 @@ def test_tiles_gives_one_block_per_tile(path, tmp_path):
     assert isinstance(X, da.Array)
     assert X.shape == (N_CELLS, N_GENES)
     assert X.chunks == (TILE_CELLS, (N_GENES,))
-    assert X.dtype == np.float32
+    assert X.dtype == np.int32  # the dtype written (docs/format.md, decision 9)
     assert isinstance(X._meta, sparse.csr_matrix)
-    assert X._meta.shape == (0, 0) and X._meta.dtype == np.float32
-    assert adata.uns["deltacells"]["columns"] == "original"
+    assert X._meta.shape == (0, 0) and X._meta.dtype == np.int32
+    assert source_of(adata.X).gene_order == "original"
 
 
 @pytest.mark.parametrize(
@@ -167,8 +168,8 @@ def test_to_dask(path, tmp_path):
     assert lazy.to_dask().chunks == ((N_CELLS,), (N_GENES,))  # "auto": far less than 128 MiB, one block
     assert lazy.to_dask().name == read(path, tmp_path, chunks="auto").X.name
     assert lazy.to_dask(chunks=128).chunks == ((128, 128, 128, 116), (N_GENES,))
-    assert lazy.astype(np.int32).to_dask().dtype == np.int32
-    assert lazy.astype(np.int32).to_dask().name != X.name
+    assert lazy.astype(np.float32).to_dask().dtype == np.float32
+    assert lazy.astype(np.float32).to_dask().name != X.name
     with pytest.raises(InvalidValueError, match="None gives no dask array"):
         lazy.to_dask(chunks=None)
     with pytest.raises(InvalidTypeError):
@@ -202,7 +203,7 @@ def test_blocks_are_what_to_memory_gives(path, tmp_path, sparse_array, dtype):
 def test_compute_equals_to_memory(path, tmp_path, source, gene_order):
     lazy = read(path, tmp_path, gene_order=gene_order)
     adata = read(path, tmp_path, gene_order=gene_order, chunks="tiles")
-    order = np.asarray(lazy.uns["deltacells"]["gene_order"])
+    order = np.asarray(lazy.X.dataset.gene_order())
     assert not np.array_equal(order, np.arange(N_GENES))  # the writer did reorder the genes
     assert list(adata.var_names) == list(lazy.var_names)
     expected = lazy.X.to_memory()
@@ -459,7 +460,7 @@ def test_user_guide_example(tmp_path, client):
     synthetic_counts(3000, 1000, seed=0).write_deltacells(path, tile_size=512, progress=False)
     adata = sc.read_deltacells(path, cache_dir=tmp_path / "cache", chunks="tiles", threads=1)
     assert repr(adata.X) == (
-        "dask.array<read-deltacells, shape=(3000, 1000), dtype=float32, chunksize=(512, 1000), "
+        "dask.array<read-deltacells, shape=(3000, 1000), dtype=int32, chunksize=(512, 1000), "
         "chunktype=deltacells.CSRMatrixBlock>"
     )
     assert adata.X.chunks[0] == (512, 512, 512, 512, 512, 440)

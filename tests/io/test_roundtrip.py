@@ -37,7 +37,7 @@ def _check_full(
     assert isinstance(got.X, TiledCSRDataset)
     src = sparse.csr_matrix(source_X) if sparse.issparse(source_X) else sparse.csr_matrix(np.asarray(source_X))
     totals = np.asarray(src.sum(axis=0), dtype=np.float64).ravel()
-    order = np.asarray(got.uns["deltacells"]["gene_order"])
+    order = np.asarray(got.X.dataset.gene_order())
     # DECISIONS 10: decreasing totals, ties in their original order.
     np.testing.assert_array_equal(order, np.argsort(-totals, kind="stable"))
     assert_X_equal(got.X, src[:, order])
@@ -49,8 +49,10 @@ def _check_full(
     assert_obs_equal(restored.obs, source_obs)  # categories (unused ones too), their order and `ordered` kept
     # The default read gives back what was written, with no extra call (DECISIONS.md 13).
     # extras=False: X is the tiles' matrix also where the counts came from a layer or raw (tests/io/test_extras.py)
-    default = deltacells.read_deltacells(path, cache_dir=Path(got.uns["deltacells"]["cache_dir"]), extras=False)
-    assert default.uns["deltacells"]["columns"] == "original"
+    default = deltacells.read_deltacells(
+        path, cache_dir=Path(deltacells.io.read_options_of(got.X).cache_dir), extras=False
+    )
+    assert default.X.dataset.gene_order_mode == "original"
     assert_X_equal(default.X, src)
     assert_obs_equal(default.obs, source_obs)
     pd.testing.assert_frame_equal(default.var, source_var, check_index_type=False)
@@ -88,30 +90,28 @@ def test_synthetic_counts(roundtrip, assert_X_equal, assert_obs_equal, n_cells, 
     assert manifest.tile_cells.tolist() == expected_tiles
 
 
-def test_uns_entry(roundtrip, small_adata, cache_dir):
+def test_settings_are_on_the_dataset_not_in_uns(roundtrip, small_adata, cache_dir):
     got, path = roundtrip(small_adata, tile_size=64, n_chunks=3, level=5, metadata={"source": "test", "n": 3})
-    entry = got.uns["deltacells"]
+    dataset = got.X.dataset
     manifest = deltacells.open_dataset(path).manifest
-    assert entry["url"].rstrip("/").endswith(path.name)
-    assert entry["format_version"] == 2
-    assert entry["n_tiles"] == manifest.n_tiles == math.ceil(300 / 64)
-    assert entry["tile_size"] == 64
-    assert entry["n_chunks"] == 3
-    assert entry["zstd_level"] == 5
-    # the user's, and the writer's word that the obs names are unique (metadata.deltacells.obs_names_unique)
-    assert entry["metadata"] == {"source": "test", "n": 3, "deltacells": {"obs_names_unique": True}}
-    assert entry["cache_dir"] == str(cache_dir)
-    assert entry["obs_fingerprint"] == manifest.obs_fingerprint
-    assert len(entry["obs_fingerprint"]) == 24
+    assert dataset.url.rstrip("/").endswith(path.name)
+    assert dataset.n_tiles == manifest.n_tiles == math.ceil(300 / 64)
+    assert dataset.manifest.tile_size == 64 and dataset.manifest.n_chunks == 3 and dataset.manifest.zstd_level == 5
+    user_metadata = {k: v for k, v in dataset.manifest.metadata.items() if k != "deltacells"}
+    assert user_metadata == {"source": "test", "n": 3}
+    # the writer's own: the counts' dtype, and its word that the obs names are unique
+    assert dataset.manifest.metadata["deltacells"] == {"dtype": str(small_adata.X.dtype), "obs_names_unique": True}
+    assert deltacells.io.read_options_of(got.X).cache_dir == str(cache_dir)
+    assert len(dataset.manifest.obs_fingerprint) == 24
     stored = np.load(path / "gene_order.npy")
     assert stored.dtype == np.dtype("<i4")
-    np.testing.assert_array_equal(entry["gene_order"], stored)
-    assert set(got.uns.keys()) == {"deltacells"}
+    np.testing.assert_array_equal(dataset.gene_order(), stored)
+    assert dict(got.uns) == dict(small_adata.uns)  # nothing added
 
 
 def test_keep_gene_order(roundtrip, small_adata, assert_X_equal, assert_obs_equal):
     got, path = roundtrip(small_adata, reorder_genes=False)
-    assert "gene_order" not in got.uns["deltacells"]
+    assert got.X.dataset.gene_order() is None
     assert not (path / "gene_order.npy").exists()
     assert not deltacells.open_dataset(path).manifest.has_gene_order
     assert_X_equal(got.X, small_adata.X)
@@ -136,7 +136,7 @@ def test_ties_keep_their_order(roundtrip, assert_X_equal):
     X = sparse.csr_matrix(np.array([[1, 2, 0, 3], [2, 1, 3, 0]], dtype=np.int32))
     src = ad.AnnData(X=X, var=pd.DataFrame(index=["d", "c", "b", "a"]))
     got, _ = roundtrip(src)
-    np.testing.assert_array_equal(got.uns["deltacells"]["gene_order"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(got.X.dataset.gene_order(), [0, 1, 2, 3])
     assert list(got.var_names) == ["d", "c", "b", "a"]
     assert_X_equal(got.X, X)
 
@@ -367,7 +367,7 @@ def _deltacells_backed(tmp: Path) -> Case:
     base = _base()
     deltacells.write_deltacells(base, tmp / "first", tile_size=128, progress=False)
     lazy = read_stored(tmp / "first", cache_dir=tmp / "cache0")
-    order = lazy.uns["deltacells"]["gene_order"]
+    order = lazy.X.dataset.gene_order()
     # The source is the dataset itself (already in its own gene order); its uns entry is not reported.
     return Case(lazy, base.X[:, order], base.obs, base.var.iloc[order], {"tile_size": 50})
 
@@ -432,7 +432,7 @@ def test_sources(build, reorder, tmp_path, roundtrip, assert_X_equal, assert_obs
     if reorder:
         _check_full(got, path, case.X, case.obs, case.var, assert_X_equal, assert_obs_equal)
     else:
-        assert "gene_order" not in got.uns["deltacells"]
+        assert got.X.dataset.gene_order() is None
         assert_X_equal(got.X, case.X)
         assert_obs_equal(got.obs, case.obs)
         pd.testing.assert_frame_equal(got.var, case.var, check_index_type=False)
@@ -450,8 +450,8 @@ def test_fsspec_url(small_adata, cache_dir, assert_X_equal, assert_obs_equal):
     try:
         deltacells.write_deltacells(small_adata, url, tile_size=64, progress=False)
         got = read_stored(url, cache_dir=cache_dir)
-        assert got.uns["deltacells"]["url"].startswith("memory://")
-        order = got.uns["deltacells"]["gene_order"]
+        assert got.X.dataset.url.startswith("memory://")
+        order = got.X.dataset.gene_order()
         assert_X_equal(got[10:100].X, small_adata.X[10:100][:, order])
         assert_obs_equal(got.obs, small_adata.obs)
     finally:
@@ -500,7 +500,7 @@ def test_one_gene(roundtrip, assert_X_equal, assert_obs_equal, small_adata):
     src = small_adata[:, 3:4].copy()
     got, _ = roundtrip(src, tile_size=64)
     assert got.shape == (300, 1)
-    np.testing.assert_array_equal(got.uns["deltacells"]["gene_order"], [0])
+    np.testing.assert_array_equal(got.X.dataset.gene_order(), [0])
     assert_X_equal(got.X, src.X)
     assert_obs_equal(got.obs, src.obs)
     assert list(got.var_names) == list(src.var_names)
@@ -554,12 +554,14 @@ def test_counts_above_2_24(roundtrip, new_path, cache_dir, assert_X_equal, make_
     X[90, 19] = 2**31 - 1
     X = X.tocsr()
     got, path = roundtrip(ad.AnnData(X=X), tile_size=32, reorder_genes=False)
+    assert got.X.dtype == np.int64 and got.X.to_memory()[10, 4] == 2**24 + 1  # as written: exact, no warning
+    rounded = got.X.astype(np.float32)
     with pytest.warns(DeltaCellsWarning, match="above 2\\^24") as record:
-        first = got.X.to_memory()
+        first = rounded.to_memory()
     assert len([w for w in record if issubclass(w.category, DeltaCellsWarning)]) == 1
     # Once per dataset: reading again does not warn (warnings are errors here).
-    got.X.to_memory()
-    got[5:20].X  # noqa: B018
+    rounded.to_memory()
+    rounded[5:20]
     assert first.dtype == np.float32
     assert first[10, 4] == np.float32(2**24 + 1)  # rounded, as float32 must
     for dtype in ("int64", "float64", "int32"):

@@ -278,7 +278,7 @@ def test_no_warning_for_deltacells_uns(source, new_path, cache_dir):
     path = new_path()
     deltacells.write_deltacells(source, path, progress=False)
     lazy = deltacells.read_deltacells(path, cache_dir=cache_dir)
-    deltacells.write_deltacells(lazy, new_path(), progress=False)  # uns["deltacells"] is ours: no warning
+    deltacells.write_deltacells(lazy, new_path(), progress=False)  # nothing of ours in it: no warning
 
 
 def test_an_unknown_layer_is_named(source, new_path):
@@ -314,15 +314,15 @@ def test_options_take_effect(source, new_path, cache_dir):
     assert m.obs_tiles_per_file == 3
     assert sorted(p.name for p in (path / "obs").glob("obs_*.parquet")) == [f"obs_000{i}.parquet" for i in range(3)]
     assert len(m.obs_shard_bytes) == 3
-    written = {**metadata, "deltacells": {"obs_names_unique": True}}  # the writer's word beside the user's
-    assert m.metadata == written
+    assert {k: v for k, v in m.metadata.items() if k != "deltacells"} == metadata  # beside our own entry
+    assert m.metadata["deltacells"]["obs_names_unique"] is True  # the writer's word beside the user's
     schema = json.loads((path / "obs" / "schema.json").read_text())
     kinds = {c["name"]: c["kind"] for c in schema["columns"]}
     assert kinds["barcode"] == "string"  # more than max_categories: stored as strings
     assert kinds["cell_type"] == "category"
     got = deltacells.read_deltacells(path, cache_dir=cache_dir)
-    assert got.uns["deltacells"]["metadata"] == written
-    assert got.uns["deltacells"]["n_chunks"] == 3 and got.uns["deltacells"]["zstd_level"] == 2
+    assert got.X.dataset.manifest.metadata == m.metadata
+    assert got.X.dataset.manifest.n_chunks == 3 and got.X.dataset.manifest.zstd_level == 2
     assert list(got.obs["barcode"]) == [f"bc{i}" for i in range(N_CELLS)]
     assert not isinstance(got.obs["barcode"].dtype, pd.CategoricalDtype)
 
@@ -339,14 +339,14 @@ def test_level_changes_the_bytes(source, new_path):
 
 
 def test_metadata_with_nulls(source, new_path, cache_dir):
-    """uns cannot hold None: metadata with nulls comes back as its JSON text."""
+    """Metadata anndata's uns could not hold (nulls, mixed lists) is kept, and the AnnData reads as written."""
     path = new_path()
     metadata = {"a": None, "b": [1, "x"]}
     deltacells.write_deltacells(source, path, metadata=metadata, progress=False)
-    written = {**metadata, "deltacells": {"obs_names_unique": True}}  # the writer's word beside the user's
-    assert deltacells.open_dataset(path).manifest.metadata == written
+    stored = deltacells.open_dataset(path).manifest.metadata
+    assert {k: v for k, v in stored.items() if k != "deltacells"} == metadata
     got = deltacells.read_deltacells(path, cache_dir=cache_dir)
-    assert json.loads(got.uns["deltacells"]["metadata"]) == written
+    assert got.X.dataset.manifest.metadata == stored and "deltacells" not in got.uns
 
 
 @pytest.mark.parametrize(

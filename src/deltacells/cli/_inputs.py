@@ -154,11 +154,11 @@ def _read_format(path: Path, fmt: str, tmp: str | os.PathLike[str]) -> tuple[ad.
         return sc.read_10x_mtx(path if path.is_dir() else path.parent), None
     if fmt == "loom":
         return ad.io.read_loom(path), None  # type: ignore[attr-defined, unused-ignore]  # not in anndata 0.13's __all__
-    from deltacells.io import read_deltacells, restore_gene_order
+    from deltacells.io import read_deltacells
 
-    adata = read_deltacells(path, cache_dir=Path(tmp) / "obs-cache", dtype="int32")
-    # Back to the source's gene order, so that the new gene_order.npy refers to it too.
-    return (restore_gene_order(adata) if "gene_order" in adata.uns.get("deltacells", {}) else adata), None
+    # In the source's gene order (read_deltacells' default), so that the new gene_order.npy refers to it too, and in
+    # the dtype the counts were written in, which the new dataset records again.
+    return read_deltacells(path, cache_dir=Path(tmp) / "obs-cache"), None
 
 
 def _csc_in_memory(adata: ad.AnnData) -> ad.AnnData:

@@ -8,6 +8,7 @@ from deltacells._lazy import lazy_names
 from deltacells.core._collection import Collection
 from deltacells.core._commit import PendingCommitStore
 from deltacells.core._dataset import Dataset
+from deltacells.core._dtypes import UNRECORDED_DTYPE, promoted_dtype
 from deltacells.core._indexing import normalize_rows
 from deltacells.core._open import open_dataset
 from deltacells.core._output import check_output, holds_dataset
@@ -23,6 +24,9 @@ __all__ = [
     "DatasetWriter",
     "open_dataset",
     "sidecar_bytes",
+    # the dtype reads give: float32 for a dataset that records none; several datasets' as anndata.concat's
+    "UNRECORDED_DTYPE",
+    "promoted_dtype",
     # rows as users give them, checked and made an index array or a slice
     "normalize_rows",
     # writing: where a dataset may be written; appending cells to one

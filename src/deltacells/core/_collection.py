@@ -17,6 +17,7 @@ from scipy import sparse
 from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells._threads import map_members
+from deltacells.core._dtypes import promoted_dtype
 from deltacells.core._indexing import expected_nnz, normalize_rows
 from deltacells.errors import InvalidValueError
 from deltacells.tiles import DIRECT_DTYPES, gather_rows_split
@@ -79,6 +80,11 @@ class Collection:
         return self.members[0].n_genes
 
     @property
+    def dtype(self) -> np.dtype:
+        """The dtype reads give by default: the members' dtypes promoted, as :func:`anndata.concat` would."""
+        return promoted_dtype(member.dtype for member in self.members)
+
+    @property
     def n_tiles(self) -> int:
         """Tiles of all the datasets."""
         return sum(member.n_tiles for member in self.members)
@@ -105,12 +111,13 @@ class Collection:
         members = np.searchsorted(self.offsets, cells, side="right") - 1
         return members, cells - self.offsets[members]
 
-    def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike = np.float32) -> sparse.csr_matrix:
-        """Read the cells selected by ``index`` as a CSR matrix, in the requested order.
+    def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike | None = None) -> sparse.csr_matrix:
+        """Read the cells selected by ``index`` as a CSR matrix, in the requested order (default dtype: :attr:`dtype`).
 
         As :meth:`~deltacells.Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
         step 1) reads each member's range by its fast path of whole tiles.
         """
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice) and rows.step == 1 and rows.stop > rows.start and np.dtype(dtype) in DIRECT_DTYPES:
@@ -157,9 +164,10 @@ class Collection:
         return spans
 
     def read_rows_uncached(
-        self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
+        self, index: Any = slice(None), *, dtype: DTypeLike | None = None, sort_columns: bool = True
     ) -> sparse.csr_matrix:
         """As :meth:`~deltacells.Dataset.read_rows_uncached`, in each member holding some of the cells."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
 
         def read(member: Dataset, rows: Any) -> sparse.csr_matrix:
             return member.read_rows_uncached(rows, dtype=dtype, sort_columns=sort_columns)
@@ -268,7 +276,7 @@ class Collection:
         index: Any,
         cuts: Any,
         *,
-        dtype: DTypeLike = np.float32,
+        dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
         fetched: Any = None,
@@ -277,6 +285,7 @@ class Collection:
 
         ``fetched`` takes the collection's tile numbers (:meth:`submit_tile_fetch`).
         """
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
         rows = normalize_rows(index, self.n_cells)
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)

@@ -14,10 +14,11 @@ from deltacells._checks import check_choice
 from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty
 from deltacells.codec import read_only
+from deltacells.core._dtypes import UNRECORDED_DTYPE, decoded_dtype
 from deltacells.core._indexing import expected_nnz, normalize_rows
 from deltacells.core._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
-from deltacells.format import Manifest
+from deltacells.format import Manifest, counts_dtype_of, first_problem_raises
 from deltacells.tiles import (
     DEFAULT_TILE_CACHE_BYTES,
     DIRECT_DTYPES,
@@ -59,6 +60,8 @@ class Dataset:
         self.store = store
         self.manifest = manifest
         self.threads = threads
+        #: The dtype of the counts written, as the manifest records it (``None`` when it records none).
+        self.recorded_dtype = first_problem_raises(counts_dtype_of(manifest.metadata), store.url)
         self._tiles = TileReader(store, manifest, cache_bytes=tile_cache_bytes, threads=threads)
         prepare_kernels()  # numba's kernels load in the background while the caller gets on
         self._limits = manifest.limits
@@ -184,6 +187,15 @@ class Dataset:
     def n_genes(self) -> int:
         """Number of genes (columns) of the rows read (the stored ones, or those of :meth:`with_columns`)."""
         return self._n_columns
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype reads give unless asked for another: the counts' as written, float32 if the dataset records none.
+
+        docs/format.md, decision 9: the writer records the dtype of the counts it was given in the manifest's
+        ``metadata`` (:attr:`recorded_dtype`).
+        """
+        return UNRECORDED_DTYPE if self.recorded_dtype is None else self.recorded_dtype
 
     @property
     def n_tiles(self) -> int:
@@ -328,7 +340,7 @@ class Dataset:
 
     # ------------------------------------------------------------------ rows
 
-    def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike = np.float32) -> sparse.csr_matrix:
+    def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike | None = None) -> sparse.csr_matrix:
         """Read the cells selected by ``index`` as a CSR matrix, in the requested order.
 
         Parameters
@@ -337,7 +349,8 @@ class Dataset:
             A slice (any step), an integer, an integer array in any order with repeats
             and negative values, or a boolean mask over all cells.
         dtype
-            Dtype of the values (the counts are exact up to 2^24 in float32).
+            Dtype of the values (default: :attr:`dtype`, the counts' as written; the counts are exact up to 2^24
+            in float32).
 
         Returns
         -------
@@ -358,9 +371,13 @@ class Dataset:
         atlas of a few nonzeros a cell) are read, checked and decoded in groups of consecutive ones, a task
         of the decoding threads each, so that such a read costs its nonzeros rather than its tiles.
         """
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        if decoded_dtype(dtype) != dtype:  # decoded in one of the decoders' dtypes, then cast
+            decoded = self.read_rows(index, dtype=decoded_dtype(dtype))
+            decoded.data = decoded.data.astype(dtype)
+            return decoded
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
-        dtype = np.dtype(dtype)
         span = _as_range(rows)
         if span is not None and dtype in DIRECT_DTYPES:
             matrix = self._read_range(*span, dtype)
@@ -390,7 +407,7 @@ class Dataset:
         return self._gather_compact(needed, order, bounds, local, n_out, dtype)
 
     def read_rows_uncached(
-        self, index: Any = slice(None), *, dtype: DTypeLike = np.float32, sort_columns: bool = True
+        self, index: Any = slice(None), *, dtype: DTypeLike | None = None, sort_columns: bool = True
     ) -> sparse.csr_matrix:
         """Read the cells selected by ``index`` as a CSR matrix, in the requested order, past the tile cache.
 
@@ -405,7 +422,7 @@ class Dataset:
         index
             As for :meth:`read_rows`.
         dtype
-            Dtype of the values.
+            Dtype of the values (default: :attr:`dtype`).
         sort_columns
             In the original gene order (:meth:`with_gene_order`), sort each row's columns (a canonical CSR,
             the default); ``False`` leaves them in stored order (the matrix's ``has_sorted_indices`` is
@@ -424,7 +441,7 @@ class Dataset:
         index: Any,
         cuts: Any,
         *,
-        dtype: DTypeLike = np.float32,
+        dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
         fetched: Callable[[int], Future[bytes] | None] | None = None,
@@ -466,8 +483,8 @@ class Dataset:
         if cuts.ndim != 1 or cuts.shape[0] < 2 or cuts[0] != 0 or cuts[-1] != n or np.any(np.diff(cuts) < 0):
             msg = f"cuts must be increasing row numbers from 0 to the number of rows ({n}), got {cuts!r}"
             raise InvalidValueError(msg)
-        dtype = np.dtype(dtype)
-        decoded = dtype if dtype in DIRECT_DTYPES else np.dtype(np.float64 if dtype.kind == "f" else np.int64)
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        decoded = decoded_dtype(dtype)
         sort_columns = sort_columns or self.drops_genes  # the genes left out are found at the end of sorted rows
         matrices, large = read_rows_by_chunk(
             self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads,

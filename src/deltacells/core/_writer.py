@@ -13,6 +13,7 @@ import numpy as np
 
 from deltacells._checks import check_integer
 from deltacells.codec import Level, resolve_level
+from deltacells.core._dtypes import promoted_dtype
 from deltacells.core._output import (
     check_output,
     clear_unfinished,
@@ -23,6 +24,7 @@ from deltacells.core._output import (
 )
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.format import (
+    COUNTS_DTYPE_KINDS,
     DATASET_ENTRIES,
     GENE_ORDER_DTYPE,
     GENE_ORDER_NAME,
@@ -30,6 +32,7 @@ from deltacells.format import (
     VAR_NAMES_NAME,
     VAR_TABLE_NAME,
     Manifest,
+    counts_dtype_entry,
     with_obs_names_unique,
 )
 from deltacells.storage import BaseStore, PrefixStore, open_store
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     import pandas as pd
+    from numpy.typing import DTypeLike
 
 __all__ = ["DatasetWriter", "var_table_bytes"]
 
@@ -103,6 +107,11 @@ class DatasetWriter:
         fsspec options for ``path``.
     threads
         Tiles encoded at once (default: the usable CPUs).
+    counts_dtype
+        The dtype of the counts, recorded in the manifest's ``metadata["deltacells"]["dtype"]`` for readers to
+        give them back in (docs/format.md, decision 9). ``None`` (default): the dtype of the blocks passed to
+        :meth:`write` (promoted as numpy does if they differ); tiles added with :meth:`add_tiles` record none
+        unless it is given. float16 is recorded as float32, the narrowest float of scipy's sparse matrices.
 
     Raises
     ------
@@ -131,8 +140,11 @@ class DatasetWriter:
         overwrite: bool = False,
         storage_options: dict[str, Any] | None = None,
         threads: int | None = None,
+        counts_dtype: DTypeLike | None = None,
     ) -> None:
         check_tile_settings(n_genes, tile_size=tile_size, n_chunks=n_chunks)
+        self.counts_dtype = None if counts_dtype is None else _check_counts_dtype(counts_dtype)
+        self._dtype_given = counts_dtype is not None
         level = resolve_level(level)  # before anything is written
         self.store = open_store(path, storage_options)
         self.n_genes = int(n_genes)
@@ -220,6 +232,10 @@ class DatasetWriter:
         """
         self._check_open()
         rows = self._tiles.prepare(block)
+        if not self._dtype_given:
+            seen = block.dtype if hasattr(block, "dtype") else np.asarray(block).dtype
+            seen = _sparse_dtype(np.dtype(seen))
+            self.counts_dtype = promoted_dtype([seen] if self.counts_dtype is None else [self.counts_dtype, seen])
         try:
             self._tiles.append(rows)
         except BaseException:
@@ -284,7 +300,7 @@ class DatasetWriter:
                 has_gene_order=self.gene_order is not None,
                 has_var_names=self.var_names is not None,
                 has_var_table=self.var is not None,
-                metadata=self.metadata,
+                metadata=self._metadata_with_dtype(),
                 **obs_fields,
             )
             self._target.sync()  # on a local disk, all of it on the device before the manifest names it
@@ -318,6 +334,14 @@ class DatasetWriter:
                 os.rmdir(self._made_root)
 
     # ------------------------------------------------------------------ internals
+
+    def _metadata_with_dtype(self) -> dict[str, Any]:
+        """The manifest's metadata, with the counts' dtype in ``metadata["deltacells"]["dtype"]`` when it is known."""
+        if self.counts_dtype is None:
+            return self.metadata
+        ours = self.metadata.get("deltacells")
+        entry = {**(ours if isinstance(ours, dict) else {}), "dtype": counts_dtype_entry(self.counts_dtype)}
+        return {**self.metadata, "deltacells": entry}
 
     def _check_open(self) -> None:
         if self._aborted:
@@ -382,6 +406,23 @@ def var_table_bytes(var: pd.DataFrame) -> bytes:
     pq.write_table(table, sink, **parquet_write_options(table.schema))
     blob: bytes = sink.getvalue().to_pybytes()
     return blob
+
+
+def _check_counts_dtype(dtype: DTypeLike) -> np.dtype:
+    try:
+        checked = np.dtype(dtype)
+    except TypeError as exc:
+        msg = f"counts_dtype must be an integer or floating dtype, got {dtype!r}"
+        raise InvalidTypeError(msg) from exc
+    if checked.kind not in COUNTS_DTYPE_KINDS:
+        msg = f"counts_dtype must be an integer or floating dtype, got {checked}"
+        raise InvalidTypeError(msg)
+    return _sparse_dtype(checked)
+
+
+def _sparse_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype readers can give counts of ``dtype`` in: itself, but float32 for float16 (scipy's sparse have none)."""
+    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize < 4 else dtype
 
 
 def _check_gene_order(gene_order: np.ndarray | None, n_genes: int) -> np.ndarray | None:

@@ -18,6 +18,7 @@ module                 rules of
 ``_tiles``             a tile against the manifest
 ``_shards``            an obs shard against the manifest and the schema
 ``_extras``            ``anndata.zarr``'s entry in the manifest's metadata (the AnnData's other elements)
+``_dtype``             the dtype of the counts written, in the manifest's metadata (what reads return)
 =====================  =========================================================================
 """
 
@@ -29,14 +30,17 @@ from deltacells._lazy import lazy_names
 
 if TYPE_CHECKING:
     from deltacells.format._commit import Commit, commit_of
+    from deltacells.format._dtype import COUNTS_DTYPE_KINDS, check_counts_dtype, counts_dtype_entry, counts_dtype_of
     from deltacells.format._extras import (
         EXTRAS_FORMAT,
         MAPPINGS,
         PER_CELL,
+        RAW_VARM,
         WHOLE,
         Extras,
         check_extras,
         extras_of,
+        is_raw_varm,
     )
     from deltacells.format._fingerprint import obs_fingerprint
     from deltacells.format._listing import check_flags, check_stray_objects, missing_promised
@@ -116,11 +120,17 @@ _LAZY = {
     "Extras": "deltacells.format._extras",
     "check_extras": "deltacells.format._extras",
     "extras_of": "deltacells.format._extras",
+    "RAW_VARM": "deltacells.format._extras",
+    "is_raw_varm": "deltacells.format._extras",
     "GENE_ORDER_NAME": "deltacells.format._names",
     "APPEND_PREFIX": "deltacells.format._names",
     "LOCK_NAME": "deltacells.format._names",
     "Commit": "deltacells.format._commit",
     "commit_of": "deltacells.format._commit",
+    "COUNTS_DTYPE_KINDS": "deltacells.format._dtype",
+    "check_counts_dtype": "deltacells.format._dtype",
+    "counts_dtype_entry": "deltacells.format._dtype",
+    "counts_dtype_of": "deltacells.format._dtype",
     "MANIFEST_NAME": "deltacells.format._names",
     "OBS_DIR": "deltacells.format._names",
     "OBS_SCHEMA_NAME": "deltacells.format._names",
@@ -169,6 +179,7 @@ _LAZY = {
 __all__ = [
     "APPEND_PREFIX",
     "CATEGORY_ARROW_TYPES",
+    "COUNTS_DTYPE_KINDS",
     "DATASET_ENTRIES",
     "EXTRAS_FORMAT",
     "EXTRAS_NAME",
@@ -197,6 +208,7 @@ __all__ = [
     "Extras",
     "MAPPINGS",
     "PER_CELL",
+    "RAW_VARM",
     "Manifest",
     "ManifestFields",
     "ObsColumn",
@@ -206,7 +218,11 @@ __all__ = [
     "WHOLE",
     "check_codes",
     "check_extras",
+    "is_raw_varm",
     "commit_of",
+    "check_counts_dtype",
+    "counts_dtype_entry",
+    "counts_dtype_of",
     "check_fingerprint",
     "check_flags",
     "missing_promised",

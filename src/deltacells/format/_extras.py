@@ -19,7 +19,8 @@ block-diagonal matrix of the parts'.
 
 ``counts`` says where the tiles' matrix was in the AnnData (``"X"``, ``"raw"`` or ``"layers/<name>"``), and
 ``elements`` the paths written in the group: ``X``, ``var`` (the AnnData's own var, when the tiles hold raw's
-genes), ``raw`` and ``uns`` whole, and ``<mapping>/<key>`` for each key of obsm, varm, obsp, varp and layers.
+genes), ``raw`` and ``uns`` whole, ``<mapping>/<key>`` for each key of obsm, varm, obsp, varp and layers, and
+``raw/varm/<key>`` for each key of raw's varm when the tiles hold raw's counts (rows: the tiles' genes).
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ from typing import Any, Final, Literal
 from deltacells.format._names import MANIFEST_NAME
 from deltacells.format._problems import Checker, Problem
 
-__all__ = ["EXTRAS_FORMAT", "MAPPINGS", "PER_CELL", "WHOLE", "Extras", "check_extras", "extras_of"]
+__all__ = [
+    "EXTRAS_FORMAT",
+    "MAPPINGS",
+    "PER_CELL",
+    "RAW_VARM",
+    "WHOLE",
+    "Extras",
+    "check_extras",
+    "extras_of",
+    "is_raw_varm",
+]
 
 #: The zarr format of ``anndata.zarr``: 2, whose consolidated metadata (``.zmetadata``) opens the group in one read.
 EXTRAS_FORMAT: Final = 2
@@ -44,6 +55,9 @@ PER_CELL = ("obsm", "obsp")
 
 #: The elements written whole.
 WHOLE = ("X", "var", "raw", "uns")
+
+#: Where raw's varm goes when the tiles hold raw's counts (raw itself is not written then): ``raw/varm/<key>``.
+RAW_VARM = "raw/varm"
 
 _WHERE = f"{MANIFEST_NAME} field metadata.deltacells.anndata"
 
@@ -76,6 +90,11 @@ class Extras:
     def counts_layer(self) -> str | None:
         """The layer the tiles' matrix came from, or ``None``."""
         return self.counts.partition("/")[2] if self.counts.startswith("layers/") else None
+
+    @property
+    def raw_varm_keys(self) -> list[str]:
+        """The keys of raw's varm written (``raw/varm/<key>``), in order: only when the tiles hold raw's counts."""
+        return [path.removeprefix(f"{RAW_VARM}/") for path in self.elements if is_raw_varm(path)]
 
     def keys(self, mapping: str) -> list[str]:
         """The keys of ``mapping`` (``"obsm"``...) that were written, in order."""
@@ -115,7 +134,11 @@ def check_extras(entry: Any) -> Checker[Extras | None]:
     if not isinstance(elements, list) or not all(isinstance(e, str) for e in elements):
         yield Problem(MANIFEST_NAME, f"{_WHERE}.elements is not a list of element paths")
         return None
-    bad = [e for e in elements if e not in WHOLE and not _is_mapping_path(e, MAPPINGS)]
+    bad = [
+        e
+        for e in elements
+        if e not in WHOLE and not _is_mapping_path(e, MAPPINGS) and not (counts == "raw" and is_raw_varm(e))
+    ]
     if bad:
         yield Problem(MANIFEST_NAME, f"{_WHERE}.elements has paths that are no AnnData element: {bad[:5]}")
         return None
@@ -140,6 +163,12 @@ def check_extras(entry: Any) -> Checker[Extras | None]:
         zarr_format=zarr_format,
         parts=tuple((p["group"], p["n_cells"]) for p in parts),
     )
+
+
+def is_raw_varm(path: str) -> bool:
+    """Whether ``path`` is an element of raw's varm (``raw/varm/<key>``)."""
+    key = path.removeprefix(f"{RAW_VARM}/")
+    return key != path and key != "" and "/" not in key
 
 
 def _is_mapping_path(path: str, mappings: tuple[str, ...]) -> bool:

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from deltacells.io._assemble import counts_of
     from deltacells.io._collection import open_collection
     from deltacells.io._extras import open_extras, stored_bytes, stored_shape
-    from deltacells.io._lazy import TiledCSRDataset
-    from deltacells.io._read import UNS_KEY, read_deltacells, read_obs, read_var, restore_gene_order
+    from deltacells.io._lazy import TiledCSRDataset, read_options_of
+    from deltacells.io._read import read_deltacells, read_obs, read_var, restore_gene_order
+    from deltacells.io._read_options import ReadOptions
     from deltacells.io._sources import view_parts
     from deltacells.io._write import write_deltacells
 
@@ -25,7 +26,8 @@ _LAZY = {
     "read_var": "deltacells.io._read",
     "restore_gene_order": "deltacells.io._read",
     "write_deltacells": "deltacells.io._write",
-    "UNS_KEY": "deltacells.io._read",
+    "read_options_of": "deltacells.io._lazy",
+    "ReadOptions": "deltacells.io._read_options",
     "counts_of": "deltacells.io._assemble",
     "open_collection": "deltacells.io._collection",
     "view_parts": "deltacells.io._sources",
@@ -41,8 +43,9 @@ __all__ = [
     "read_var",
     "restore_gene_order",
     "write_deltacells",
-    # what a loader needs of an AnnData read_deltacells made: its key in uns, its matrix of counts and view
-    "UNS_KEY",
+    # what a loader needs of an AnnData read_deltacells made: its matrix of counts, what it was read with, its view
+    "ReadOptions",
+    "read_options_of",
     "counts_of",
     "view_parts",
     # several datasets opened as one AnnData

@@ -79,7 +79,8 @@ def _remove_unused_categories(full: LazyObs, subset: LazyObs, uns: dict[str, Any
     """Anndata's ``_remove_unused_categories`` for a lazy obs: the view's columns drop them when read.
 
     As anndata does for a pandas obs, the colours of a categorical column (``uns[f"{column}_colors"]``) are
-    cut to the categories the view has, which reads that column's codes for the view's cells.
+    cut to the categories the view has, which reads that column's codes for the view's cells (and nothing else:
+    not the names of its cells, which making a view never reads).
     """
     subset.drop_unused_categories()
     for column in full.columns:
@@ -92,7 +93,7 @@ def _remove_unused_categories(full: LazyObs, subset: LazyObs, uns: dict[str, Any
         elif len(colors) != len(dtype.categories):
             del uns[f"{column}_colors"]
         else:
-            kept = np.isin(dtype.categories, subset[column].cat.categories)
+            kept = np.isin(dtype.categories, subset.column_dtype(column).categories)
             uns[f"{column}_colors"] = np.asarray(colors)[np.flatnonzero(kept)]
 
 

@@ -1,8 +1,9 @@
 """``write_deltacells(adata, path, append=True)``: cells added after a dataset's (docs/format.md, decision 17).
 
-Genes are matched by name to the dataset's (any order; the dataset's gene order and var stay as they are), obs
-columns by name and kind (``deltacells.obs._append``), the per-cell elements beside the tiles grow by a part
-of their own (``deltacells.io._extras_parts``); the commit is ``deltacells.core._append``'s.
+Genes are matched by name to the dataset's (any order; the dataset's gene order and var stay as they are), the
+counts must fit the dtype the dataset records (:func:`check_counts_fit`), obs columns are matched by name and kind
+(``deltacells.obs._append``), the per-cell elements beside the tiles grow by a part of their own
+(``deltacells.io._extras_parts``); the commit is ``deltacells.core._append``'s.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from deltacells._sparse import issparse
 from deltacells.core import AppendRequest, append_cells, open_dataset
 from deltacells.errors import InvalidValueError
 from deltacells.io._extras_parts import part_writer, stored_extras
@@ -65,9 +67,17 @@ def append_anndata(
         )
         raise InvalidValueError(msg)
 
+    recorded = dataset.recorded_dtype
+    given = getattr(source.matrix, "dtype", None)
+    needs_check = recorded is not None and not (given is not None and np.can_cast(given, recorded, "safe"))
+
     def blocks() -> Iterator[Any]:
         bar.reset(total=source.n_rows)
-        yield from source.blocks(block_rows)
+        for block in source.blocks(block_rows):
+            if needs_check:
+                assert recorded is not None  # needs_check says so
+                check_counts_fit(block, recorded, store.url)
+            yield block
 
     request = AppendRequest(
         n_cells=source.n_rows,
@@ -77,6 +87,33 @@ def append_anndata(
         extras=extras_writer,
     )
     return append_cells(store, request, threads=threads, commit_retries=commit_retries, progress=bar.update)
+
+
+def check_counts_fit(block: Any, dtype: np.dtype, url: str) -> None:
+    """Raise unless ``dtype`` (a dataset's recorded dtype, what it reads in) holds every count of ``block`` exactly.
+
+    A dataset keeps the dtype it was written in (docs/format.md, decision 9): an append of counts of another dtype is
+    taken when that dtype holds them (int64 counts into an int32 dataset, int32 ones into a float32 dataset
+    below 2^24), else refused before the append is committed.
+
+    Raises
+    ------
+    InvalidValueError
+        For a count the dtype cannot hold, naming it.
+    """
+    values = block.data if issparse(block) else np.asarray(block)
+    if values.size == 0 or values.dtype.kind not in "iuf":
+        return  # nothing to hold, or not counts at all (which the writer refuses with its own message)
+    held = values.astype(dtype)
+    bad = np.flatnonzero((held != values).reshape(-1))
+    if bad.size:
+        value = values.reshape(-1)[bad[0]]
+        msg = (
+            f"{url} holds counts of dtype {dtype} (the dtype it was written in, which reads give), and the new "
+            f"cells' counts ({values.dtype}) include {value}, which {dtype} cannot hold exactly: write the dataset "
+            "again in a wider dtype first (read_deltacells(path, dtype='int32' or 'int64') and write_deltacells)"
+        )
+        raise InvalidValueError(msg)
 
 
 def gene_columns(stored: pd.Index, given: pd.Index) -> np.ndarray:

@@ -161,7 +161,7 @@ def read_collection(
     io_concurrency: int | None,
     lazy: Callable[[int], bool],
 ) -> tuple[Collection, Any, pd.DataFrame, dict[str, Any]]:
-    """The collection's matrix, obs and var, and its ``uns["deltacells"]`` entry (see :func:`open_collection`).
+    """The collection's matrix, obs and var, and what made it (datasets, keys, join...: see :func:`open_collection`).
 
     var has the columns ``merge`` keeps (:func:`~deltacells.io._collection_var.merged_var`; none by default, as
     :func:`anndata.concat`).

@@ -30,6 +30,7 @@ from scipy import sparse
 from deltacells._checks import is_integer
 from deltacells.errors import FormatError, InvalidTypeError, InvalidValueError
 from deltacells.io._dask_blocks import block_class, register_with_dask
+from deltacells.io._read_options import DEFAULT_READ_OPTIONS, ReadOptions
 
 if TYPE_CHECKING:
     from deltacells.core import Collection, Dataset
@@ -190,6 +191,9 @@ class BlockSource:
     tile_cache_bytes, threads
         The dataset's tile cache bound and decoding threads. A process that opens the dataset for blocks
         (a worker) keeps no tile cache: a block's tiles are read once per computation.
+    read_options
+        What ``read_deltacells`` was given that later reads of the AnnData use (``read_obs``'s cache); not
+        part of :attr:`key` (it changes no block).
     """
 
     store: BaseStore
@@ -201,9 +205,12 @@ class BlockSource:
     sparse_array: bool
     tile_cache_bytes: int
     threads: int | None
+    read_options: ReadOptions = DEFAULT_READ_OPTIONS
 
     @classmethod
-    def of(cls, dataset: Dataset, dtype: np.dtype, *, sparse_array: bool) -> BlockSource:
+    def of(
+        cls, dataset: Dataset, dtype: np.dtype, *, sparse_array: bool, read_options: ReadOptions = DEFAULT_READ_OPTIONS
+    ) -> BlockSource:
         """The source of ``dataset``'s blocks, read in ``dtype``."""
         fingerprint = manifest_fingerprint(dataset.manifest)
         joined = dataset.joined_columns()
@@ -223,6 +230,7 @@ class BlockSource:
             sparse_array=bool(sparse_array),
             tile_cache_bytes=int(dataset.cache.max_bytes),
             threads=dataset.threads,
+            read_options=read_options,
         )
 
     def meta(self) -> sparse.csr_matrix | sparse.csr_array:
@@ -235,7 +243,14 @@ def manifest_fingerprint(manifest: Manifest) -> str:
     return hashlib.sha256(manifest.to_json().encode()).hexdigest()
 
 
-def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: Chunks, *, sparse_array: bool) -> Any:
+def dask_array(
+    dataset: Dataset | Collection,
+    dtype: np.dtype,
+    chunks: Chunks,
+    *,
+    sparse_array: bool,
+    read_options: ReadOptions = DEFAULT_READ_OPTIONS,
+) -> Any:
     """``dataset`` as a :class:`dask.array.Array` of CSR blocks of whole tiles (``chunks`` checked here).
 
     Parameters
@@ -249,6 +264,8 @@ def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: Chunks, *
         ``"auto"``, ``"tiles"`` or a number of cells per block (:func:`row_chunks`).
     sparse_array
         Blocks (and ``meta``) are ``csr_array`` rather than ``csr_matrix``.
+    read_options
+        What the AnnData was read with, kept by each block's source (:attr:`BlockSource.read_options`).
     """
     try:
         import dask.array as da
@@ -260,10 +277,13 @@ def dask_array(dataset: Dataset | Collection, dtype: np.dtype, chunks: Chunks, *
     from deltacells.core import Collection
 
     if isinstance(dataset, Collection):
-        members = [dask_array(member, dtype, chunks, sparse_array=sparse_array) for member in dataset.members]
+        members = [
+            dask_array(member, dtype, chunks, sparse_array=sparse_array, read_options=read_options)
+            for member in dataset.members
+        ]
         return members[0] if len(members) == 1 else da.concatenate(members, axis=0)
     register_with_dask()
-    source = BlockSource.of(dataset, dtype, sparse_array=sparse_array)
+    source = BlockSource.of(dataset, dtype, sparse_array=sparse_array, read_options=read_options)
     rows = row_chunks(dataset.manifest, chunks, source.dtype)
     # The same dataset, settings and blocks give the same name (and so the same keys: dask reads them once).
     blocks = hashlib.sha256(np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()

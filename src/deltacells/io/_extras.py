@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltacells.errors import InvalidTypeError, warn
-from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, Extras
+from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, RAW_VARM, Extras, is_raw_varm
 from deltacells.io._combine_parts import combine_parts
 from deltacells.io._zarr_batch import BatchBudget, store_objects
 from deltacells.storage import zarr_store
@@ -27,13 +27,21 @@ if TYPE_CHECKING:
 
     from deltacells.storage import BaseStore
 
-__all__ = ["IN_MEMORY_BYTES", "collect_extras", "open_extras", "read_extras", "stored_shape", "write_extras"]
+__all__ = [
+    "IN_MEMORY_BYTES",
+    "collect_extras",
+    "open_extras",
+    "read_extras",
+    "stored_shape",
+    "without_bookkeeping",
+    "write_extras",
+]
 
 #: Elements stored in more bytes than this (uncompressed) are read lazily (dask arrays), the others into memory.
 IN_MEMORY_BYTES = 64 * 2**20
 
-#: The key of ``uns`` where ``read_deltacells`` describes the dataset; not an element of the AnnData written.
-UNS_KEY = "deltacells"
+#: The key of ``uns`` where ``read_deltacells`` once described the dataset it read (its URL, settings, obs cache).
+OLD_UNS_KEY = "deltacells"
 
 
 def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[str, dict[str, Any]]:
@@ -48,6 +56,9 @@ def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[
         elements["X"] = adata.X
     if raw:
         elements["var"] = _in_memory(adata.var)
+        raw_varm = adata.raw.varm  # type: ignore[arg-type, unused-ignore]  # anndata types the descriptor for AnnData
+        for key, value in raw_varm.items():  # raw's genes are the tiles': its varm goes beside them
+            elements[f"{RAW_VARM}/{key}"] = _in_memory(value)
     elif adata.raw is not None:
         elements["raw"] = _raw_in_memory(adata)
     for mapping in MAPPINGS:
@@ -55,10 +66,25 @@ def collect_extras(adata: ad.AnnData, *, layer: str | None, raw: bool) -> tuple[
             if key is None or f"{mapping}/{key}" == counts:  # anndata 0.13 lists X among the layers, as None
                 continue
             elements[f"{mapping}/{key}"] = _in_memory(value)
-    uns = {key: value for key, value in adata.uns.items() if key != UNS_KEY}
+    uns = without_bookkeeping(adata.uns)
     if uns:
         elements["uns"] = uns
     return counts, elements
+
+
+def without_bookkeeping(uns: Mapping[str, Any]) -> dict[str, Any]:
+    """``uns`` without what older versions of ``read_deltacells`` added to it: ``uns["deltacells"]``.
+
+    Older versions described the dataset read there (its URL, settings, gene order and obs cache), and it went
+    on into every AnnData written from one (an h5ad, a dataset converted again). It is dropped when it is that
+    description (a URL and a format version, or a collection's datasets and join); a ``uns["deltacells"]`` of
+    the user's is an element like any other.
+    """
+    entry = uns.get(OLD_UNS_KEY)
+    bookkeeping = isinstance(entry, Mapping) and (
+        {"url", "format_version"} <= set(entry) or {"datasets", "join"} <= set(entry)
+    )
+    return {key: value for key, value in uns.items() if not (bookkeeping and key == OLD_UNS_KEY)}
 
 
 def write_extras(
@@ -87,7 +113,9 @@ def write_extras(
     memory = zarr.storage.MemoryStore(objects)
     group = zarr.open_group(memory, mode="w", zarr_format=EXTRAS_FORMAT)
     for mapping in dict.fromkeys(mapping for mapping, _, _ in items if mapping):  # every mapping, even one not here
-        _write_element(group, "", mapping, {})  # an anndata dict, so that anndata reads the mapping whole too
+        # (raw's varm alone is nested: raw itself is the tiles'; anndata 0.13 refuses a nested key)
+        parent, name = (group.require_group("raw"), "varm") if mapping == RAW_VARM else (group, mapping)
+        _write_element(parent, "", name, {})  # an anndata dict, so that anndata reads the mapping whole too
     _write_elements(group, [item for item, here in zip(items, in_memory, strict=True) if here])
     in_place = [item for item, here in zip(items, in_memory, strict=True) if not here]
     if not in_place:
@@ -228,7 +256,10 @@ def reorder_genes(elements: dict[str, Any], extras: Extras, order: np.ndarray) -
     counts are raw's).
     """
     reordered = dict(elements)
-    if extras.counts == "raw":  # the tiles hold raw's genes; X and its elements keep the AnnData's own
+    if extras.counts == "raw":  # the tiles hold raw's genes (and raw's varm); X and its elements keep the AnnData's own
+        for path, value in elements.items():
+            if is_raw_varm(path):
+                reordered[path] = value[order]
         return reordered
     for path, value in elements.items():
         mapping = path.partition("/")[0]
@@ -278,6 +309,7 @@ def _raw_in_memory(adata: ad.AnnData) -> Any:
 
 
 def _attribute(path: str) -> str:
-    """``obsm/X_pca`` as the user names it: ``obsm['X_pca']``."""
-    mapping, _, key = path.partition("/")
+    """``obsm/X_pca`` as the user names it: ``obsm['X_pca']`` (``raw/varm/PCs``: ``raw.varm['PCs']``)."""
+    mapping, _, key = path.rpartition("/") if is_raw_varm(path) else path.partition("/")
+    mapping = mapping.replace("/", ".")
     return f"{mapping}[{key!r}]" if key else mapping

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltacells._checks import check_choice
 from deltacells.errors import InvalidValueError
-from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of, first_problem_raises
+from deltacells.format import EXTRAS_NAME, PER_CELL, Extras, Manifest, extras_of, first_problem_raises, is_raw_varm
 
 if TYPE_CHECKING:
     from deltacells.storage import BaseStore
@@ -117,7 +117,7 @@ def _check_growable(base: Extras, counts: str) -> None:
             f"adata.{counts.replace('/', '.')}: append with the same layer= / raw= as the dataset was written with"
         )
         raise InvalidValueError(msg)
-    blocked = [path for path in base.elements if path.partition("/")[0] in _NOT_GROWN]
+    blocked = [path for path in base.elements if path.partition("/")[0] in _NOT_GROWN and not is_raw_varm(path)]
     if blocked:
         msg = (
             f"the dataset stores {blocked} beside the tiles, which have a row per cell and which an append does "

@@ -14,21 +14,28 @@ from deltacells._checks import is_integer
 from deltacells._sparse import issparse
 from deltacells.core import normalize_rows
 from deltacells.errors import InvalidTypeError, NotInMemoryError, OutOfRangeError
-from deltacells.io._dask import Chunks, dask_array
+from deltacells.io._dask import Chunks, dask_array, source_of
+from deltacells.io._read_options import DEFAULT_READ_OPTIONS, ReadOptions
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from deltacells.core import Collection, Dataset
 
-__all__ = ["TiledCSRDataset"]
+__all__ = ["TiledCSRDataset", "read_options_of", "with_read_options"]
 
 #: dtypes X may be read as (docs/format.md, decision 9).
 READ_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64))
 
 
-def parse_read_dtype(dtype: DTypeLike) -> np.dtype:
-    """Check that ``dtype`` is one the reader offers: float32 (default), int32, int64 or float64."""
+def parse_read_dtype(dtype: DTypeLike | None, dataset: Dataset | Collection | None = None) -> np.dtype:
+    """Check that ``dtype`` is one the reader offers: float32, int32, int64 or float64.
+
+    ``None`` is the dataset's own dtype (docs/format.md, decision 9): the counts' as written, float32 for a dataset that
+    records none; a collection's, its datasets' promoted as :func:`anndata.concat` would.
+    """
+    if dataset is not None and (dtype is None or _same_dtype(dtype, dataset.dtype)):
+        return dataset.dtype  # the dataset's own: any dtype counts were written in (uint16...)
     try:
         parsed = np.dtype(dtype)
     except TypeError as exc:
@@ -61,8 +68,8 @@ class TiledCSRDataset:
     - an index of the wrong kind (a float, ``None``, a string, a 2-D sparse mask) or out of range
       raises :class:`~deltacells.errors.OutOfRangeError`, an :class:`IndexError`;
     - ``adata.write_h5ad(path, as_dense=("X",))`` writes ``X`` as a dense array;
-    - ``adata.__sizeof__(with_disk=True)`` counts ``X`` as the bytes of its tiles on disk (as anndata counts
-      its backed datasets' arrays on disk), ``adata.__sizeof__()`` the Python object only;
+    - ``adata.__sizeof__(with_disk=True)`` counts ``X`` as the bytes of the CSR matrix :meth:`to_memory` gives
+      (as anndata counts its backed datasets: their arrays' bytes), ``adata.__sizeof__()`` the Python object only;
     - ``anndata.tests.helpers.assert_equal(X, other)`` compares its values (once anndata's test helpers are
       imported).
 
@@ -76,7 +83,8 @@ class TiledCSRDataset:
     dataset
         The open dataset, or a :class:`~deltacells.core.Collection` of datasets read as one.
     dtype
-        dtype of the values returned: float32 (default), int32, int64 or float64.
+        dtype of the values returned: float32, int32, int64 or float64; ``None`` (default) the dataset's own, the
+        counts' dtype as written (docs/format.md, decision 9), float32 for a dataset that records none.
     """
 
     #: The sparse format of the matrix (as anndata's CSR datasets).
@@ -84,9 +92,10 @@ class TiledCSRDataset:
     #: What holds the matrix, a deltacells dataset (anndata's own CSR datasets say ``"zarr"`` or ``"hdf5"``).
     backend: ClassVar[str] = "deltacells"
 
-    def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike = np.float32) -> None:
+    def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike | None = None) -> None:
         self._dataset = dataset
-        self._dtype = parse_read_dtype(dtype)
+        self._dtype = parse_read_dtype(dtype, dataset)
+        self._read_options = DEFAULT_READ_OPTIONS  # what read_deltacells was given (with_read_options)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Like anndata's backed datasets (whose ``group`` cannot be reset): a new dtype or
@@ -130,9 +139,14 @@ class TiledCSRDataset:
         return self.shape[0]
 
     def __sizeof__(self) -> int:
-        """The object's size; within ``AnnData.__sizeof__(with_disk=True)``, the bytes of its tiles on disk."""
+        """The object's size; within ``AnnData.__sizeof__(with_disk=True)``, that of the matrix in memory.
+
+        As anndata counts its own backed sparse datasets with ``with_disk=True``: the bytes of the CSR arrays
+        :meth:`to_memory` gives (values in :attr:`dtype`, column indices and row pointers), from the manifests'
+        counts, nothing read. An inner join of datasets holds fewer nonzeros than its datasets store.
+        """
         if _internals.sizeof_with_disk():
-            return int(np.asarray(self._dataset.tile_bytes, dtype=np.int64).sum())
+            return csr_bytes(self.shape[0], self.nnz, self._dtype)
         return object.__sizeof__(self)
 
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
@@ -171,11 +185,11 @@ class TiledCSRDataset:
 
     def astype(self, dtype: DTypeLike) -> TiledCSRDataset:
         """The same dataset, returning values of another dtype (nothing is read)."""
-        return TiledCSRDataset(self._dataset, dtype)
+        return with_read_options(TiledCSRDataset(self._dataset, dtype), self._read_options)
 
     def copy(self) -> TiledCSRDataset:
         """A new lazy view of the same dataset (the data on disk is immutable)."""
-        return TiledCSRDataset(self._dataset, self._dtype)
+        return with_read_options(TiledCSRDataset(self._dataset, self._dtype), self._read_options)
 
     # ------------------------------------------------------------------ reading
 
@@ -250,7 +264,9 @@ class TiledCSRDataset:
         InvalidTypeError
             For a value of another type (a float, a tuple or dict of chunk sizes).
         """
-        return dask_array(self._dataset, self._dtype, chunks, sparse_array=_use_sparse_array())
+        return dask_array(
+            self._dataset, self._dtype, chunks, sparse_array=_use_sparse_array(), read_options=self._read_options
+        )
 
     def iter_row_blocks(
         self, rows: np.ndarray | slice | None = None
@@ -270,6 +286,36 @@ class TiledCSRDataset:
         for lo in range(0, selected.shape[0], tile_size):
             picked = selected[lo : lo + tile_size]
             yield picked, self._dataset.read_rows(picked, dtype=self._dtype)
+
+
+def _same_dtype(dtype: DTypeLike, other: np.dtype) -> bool:
+    try:
+        return bool(np.dtype(dtype) == other)
+    except TypeError:
+        return False
+
+
+def csr_bytes(n_rows: int, nnz: int, dtype: np.dtype) -> int:
+    """The bytes of a CSR matrix as the readers make it: int32 indices and row pointers unless ``nnz`` needs int64."""
+    index_bytes = 4 if nnz < 2**31 else 8
+    return int(nnz * (np.dtype(dtype).itemsize + index_bytes) + (n_rows + 1) * index_bytes)
+
+
+def with_read_options(matrix: TiledCSRDataset, options: ReadOptions) -> TiledCSRDataset:
+    """``matrix``, remembering what ``read_deltacells`` was given (set in place; returned for convenience)."""
+    matrix._read_options = options
+    return matrix
+
+
+def read_options_of(matrix: Any) -> ReadOptions:
+    """What the tiles' matrix of an AnnData (the lazy X, or a dask X computed from its blocks) was read with.
+
+    The defaults for any other matrix, and for a dask X reading several datasets (a collection's).
+    """
+    if isinstance(matrix, TiledCSRDataset):
+        return matrix._read_options
+    source = source_of(matrix)
+    return DEFAULT_READ_OPTIONS if source is None else source.read_options
 
 
 def _use_sparse_array() -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -12,10 +11,10 @@ import pandas as pd
 
 from deltacells._checks import is_bool
 from deltacells._kernel_loading import prepare_kernels
-from deltacells.core import Dataset, open_dataset
+from deltacells.core import Collection, Dataset, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
-from deltacells.io._assemble import anndata_parts, counts_location, counts_of
+from deltacells.io._assemble import anndata_parts, counts_location_in, counts_of, obsm_frames_named
 from deltacells.io._collection import is_collection, read_collection
 from deltacells.io._dask import Chunks, dataset_for, parse_chunks, source_of
 from deltacells.io._frames import (
@@ -26,8 +25,9 @@ from deltacells.io._frames import (
     read_obs_frame,
     read_var,
 )
-from deltacells.io._lazy import TiledCSRDataset, parse_read_dtype
+from deltacells.io._lazy import TiledCSRDataset, read_options_of, with_read_options
 from deltacells.io._lazy_obs import LazyObs, add_lazy_columns, lazy_obs_frame
+from deltacells.io._read_options import ReadOptions
 from deltacells.io._sources import view_parts
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
 __all__ = ["read_deltacells", "read_obs", "read_var", "restore_gene_order"]
-
-UNS_KEY = "deltacells"
 
 #: Datasets with more cells than this get a lazy obs by default (``lazy_obs=None``): see :func:`read_deltacells`.
 LAZY_OBS_MIN_CELLS = 1_000_000
@@ -48,7 +46,7 @@ def read_deltacells(
     *,
     obs_columns: Sequence[str] | None = None,
     obs_names: bool = True,
-    dtype: DTypeLike = np.float32,
+    dtype: DTypeLike | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     verify_obs: bool = True,
     storage_options: dict[str, Any] | None = None,
@@ -91,8 +89,11 @@ def read_deltacells(
         Use the stored cell names (the ``_index`` column) as ``obs_names``; with
         ``False`` (or when none are stored) they are ``"0" .. "n-1"``.
     dtype
-        dtype of ``X``'s values: ``float32`` (default, what scanpy expects), ``int32``,
-        ``int64`` or ``float64``.
+        dtype of the counts' values: ``None`` (default) gives them in the dtype they were written in (the
+        writer records it; docs/format.md, decision 9), ``float32`` for a dataset that records none (written
+        before deltacells recorded it), and a collection's in the dtype :func:`anndata.concat` would give
+        its datasets' (numpy's promotion). ``float32``, ``int32``, ``int64`` or ``float64`` read in that
+        dtype instead. Counts above 2^24 are not exact in float32: reading them as float32 warns once.
     cache_dir
         Root of the local obs cache (default: ``$DELTACELLS_CACHE``,
         ``$XDG_CACHE_HOME/deltacells``, ``~/.cache/deltacells``).
@@ -166,9 +167,10 @@ def read_deltacells(
     -------
     anndata.AnnData
         The tiles' matrix is a :class:`~deltacells.TiledCSRDataset` (a :class:`dask.array.Array` with
-        ``chunks=``), in ``X`` unless the AnnData written held its counts in a layer or raw;
-        ``uns["deltacells"]`` holds the manifest's settings and metadata, the gene order when there is one, and
-        where the tiles' matrix is (``"counts"``: ``"X"``, ``"raw"`` or ``"layers/<name>"``).
+        ``chunks=``), in ``X`` unless the AnnData written held its counts in a layer or raw. Nothing else is
+        added: ``uns`` is the AnnData's as written (a round trip passes :func:`anndata.tests.helpers.assert_equal`
+        against it). The dataset, its manifest (settings, metadata) and its gene order are on the matrix:
+        ``adata.X.dataset`` (:class:`~deltacells.Dataset`: ``.manifest``, ``.gene_order()``, ``.url``).
 
     Examples
     --------
@@ -194,11 +196,10 @@ def read_deltacells(
             verify_obs=verify_obs, tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
             lazy=lambda n_cells: _use_lazy_obs(lazy_obs, n_cells),
         )  # fmt: skip
-        joined = TiledCSRDataset(collection, parse_read_dtype(dtype))
+        options = ReadOptions(_cache_dir_text(cache_dir), tuple(entry["keys"]), entry.get("label"))
+        joined = with_read_options(TiledCSRDataset(collection, dtype), options)
         with ad.settings.override(check_uniqueness=isinstance(obs, pd.DataFrame)):  # a lazy obs: a RangeIndex
-            adata = ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
-        adata.uns[UNS_KEY] = entry
-        return adata
+            return ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
     stored = open_dataset(
         cast("str | os.PathLike[str]", path),  # a list or tuple is a collection (above); no other sequence is a path
         storage_options=storage_options,
@@ -207,24 +208,26 @@ def read_deltacells(
         io_concurrency=io_concurrency,
     )
     dataset = stored.with_gene_order(gene_order)
-    X = TiledCSRDataset(dataset, parse_read_dtype(dtype))
+    X = with_read_options(TiledCSRDataset(dataset, dtype), ReadOptions(_cache_dir_text(cache_dir)))
     if chunks is not None:
         X = X.to_dask(chunks)
     var = in_column_order(read_var(dataset), dataset)
     parts, raw = anndata_parts(dataset, X, var, extras=extras)
     if _use_lazy_obs(lazy_obs, dataset.n_cells):
         obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+        # obsm's data frames as anndata's read_lazy gives them (lazy frames, which anndata does not check against
+        # the cell numbers a lazy obs has for names), named as the cells are when brought into memory
+        parts["obsm"] = obsm_frames_named(parts.get("obsm", {}), _lazy_obsm_names(obs), lazy=True)
         with ad.settings.override(check_uniqueness=False):  # the index is a RangeIndex: unique by construction
             adata = ad.AnnData(obs=obs, **parts)
     else:
         obs = read_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
+        parts["obsm"] = obsm_frames_named(parts.get("obsm", {}), obs.index, lazy=False)
         known = names_known_unique(dataset, obs_names=obs_names, var=parts.get("var"))
         with ad.settings.override(check_uniqueness=not known):  # a million names hashed again for nothing
             adata = ad.AnnData(obs=obs, **parts)
     if raw is not None:
         adata.raw = raw
-    adata.uns[UNS_KEY] = _uns_entry(dataset, cache_dir=cache_dir, verify_obs=verify_obs)
-    adata.uns[UNS_KEY]["counts"] = counts_location(dataset, extras=extras)
     return adata
 
 
@@ -260,8 +263,8 @@ def read_obs(
     if isinstance(adata_or_path, ad.AnnData):
         adata = adata_or_path
         dataset = _dataset_of(adata)
-        entry = adata.uns.get(UNS_KEY, {})
-        cache_dir = cache_dir if cache_dir is not None else (entry.get("cache_dir") or None)
+        if cache_dir is None:
+            cache_dir = read_options_of(counts_of(view_parts(adata)[0])).cache_dir
         if not isinstance(counts_of(view_parts(adata)[0]), TiledCSRDataset):
             _check_all_cells(view_parts(adata)[0], dataset, cache_dir=cache_dir, verify=verify)
         frame = read_obs_frame(dataset, columns, obs_names=False, cache_dir=cache_dir, verify=verify)
@@ -287,36 +290,52 @@ def read_obs(
     return read_obs_frame(dataset, columns, obs_names=True, cache_dir=cache_dir, verify=verify)
 
 
-def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
+def restore_gene_order(adata: ad.AnnData, gene_order: np.ndarray | None = None) -> ad.AnnData:
     """The genes of an AnnData read with ``gene_order="stored"``, back in the order they were written.
 
     :func:`read_deltacells` gives genes in their original order by default, and then there is nothing to
-    restore: the AnnData is returned as it is. So it is for a dataset written without reordering. Otherwise
-    the result is a new lazy AnnData (sharing the dataset and its cache) whose X maps the columns back while
-    it reads, with var reordered and obs as it was (categories, their order and ``ordered`` untouched); an
-    AnnData whose X is in memory is reordered in memory.
+    restore: the AnnData is returned as it is. So it is for a dataset written without reordering, and for an
+    AnnData whose counts are no dataset's (in memory) unless ``gene_order`` is given. Otherwise the result is
+    a new lazy AnnData (sharing the dataset and its cache) whose X maps the columns back while it reads, with
+    var reordered and obs as it was (categories, their order and ``ordered`` untouched); a view, or an
+    AnnData whose counts are a dask array, is reordered in memory.
+
+    Parameters
+    ----------
+    adata
+        An AnnData from :func:`read_deltacells` (or a view of one).
+    gene_order
+        For an AnnData in memory (``adata.to_memory()`` of one read with ``gene_order="stored"``): the order it
+        was read in, ``adata.X.dataset.gene_order()`` of the lazy one (column ``j`` was column
+        ``gene_order[j]`` of the AnnData written); its genes (X, var, layers, varm, varp) are put back.
+        Ignored for an AnnData whose counts are still a dataset's: the dataset knows its order.
 
     Raises
     ------
     InvalidValueError
-        If ``uns['deltacells']['gene_order']`` does not match the AnnData's genes (it was subset by genes).
+        If the gene order does not match the AnnData's genes (it was subset by genes).
     """
     import anndata as ad
 
-    entry = adata.uns.get(UNS_KEY, {})
-    if "gene_order" not in entry or entry.get("columns") == "original":
-        return adata  # nothing to restore
-    gene_order = np.asarray(entry["gene_order"])
-    location = entry.get("counts", "X")  # where read_deltacells put the tiles' matrix
+    ref = view_parts(adata)[0]
+    counts = _dataset_counts(ref)
+    if counts is None:
+        if gene_order is None:
+            return adata  # no dataset's matrix, no order given: nothing known to restore
+        order, location = np.asarray(gene_order), "X"
+    else:
+        source = None if isinstance(counts, TiledCSRDataset) else source_of(counts)
+        dataset = counts.dataset if source is None else dataset_for(source)  # counts_of found a source for dask
+        if isinstance(dataset, Collection) or dataset.gene_order_mode != "stored" or dataset.gene_order() is None:
+            return adata  # in the original order already (or a collection's join): nothing to restore
+        order, location = np.asarray(dataset.gene_order()), counts_location_in(ref, counts)
     in_raw = location == "raw" and adata.raw is not None  # the tiles hold raw's genes
-    if gene_order.shape != ((adata.raw.n_vars if in_raw else adata.n_vars),):
-        msg = "uns['deltacells']['gene_order'] does not match the genes of this AnnData (was it subset by genes?)"
+    if order.shape != ((adata.raw.n_vars if in_raw else adata.n_vars),):
+        msg = "the gene order does not match the genes of this AnnData (was it subset by genes?)"
         raise InvalidValueError(msg)
-    columns = np.argsort(gene_order)
-    uns = {**adata.uns, UNS_KEY: {**entry, "columns": "original"}}
-    counts = None if adata.is_view else _matrix_at(adata, location)
-    if isinstance(counts, TiledCSRDataset):
-        return _restored_lazily(adata, counts, columns, uns, in_raw=in_raw)
+    columns = np.argsort(order)
+    if isinstance(counts, TiledCSRDataset) and not adata.is_view:
+        return _restored_lazily(adata, counts, columns, dict(adata.uns), in_raw=in_raw)
     if in_raw:  # in memory: only raw follows the tiles' genes
         restored = adata.copy()
         restored.raw = ad.AnnData(X=adata.raw.X[:, columns], var=adata.raw.var.iloc[columns])
@@ -325,17 +344,16 @@ def restore_gene_order(adata: ad.AnnData) -> ad.AnnData:
     # A view drops unused categories; keep them as written. (anndata's obs setter is annotated narrower than what
     # its getter gives: a lazy obs is set back as it is.)
     restored.obs = adata.obs.copy()  # type: ignore[assignment, unused-ignore]
-    restored.uns[UNS_KEY] = uns[UNS_KEY]
     return restored
 
 
-def _matrix_at(adata: ad.AnnData, location: str) -> Any:
-    """The matrix at ``"X"``, ``"raw"`` or ``"layers/<name>"`` of an AnnData (``None`` where there is none)."""
-    if location == "raw":
-        return None if adata.raw is None else adata.raw.X
-    if location.startswith("layers/"):
-        return adata.layers.get(location.removeprefix("layers/"))
-    return adata.X
+def _dataset_counts(adata: ad.AnnData) -> Any:
+    """The tiles' matrix of one dataset in ``adata`` (the lazy X or a dask array of its blocks), or ``None``."""
+    try:
+        counts = counts_of(adata)
+    except InvalidTypeError:
+        return None
+    return counts
 
 
 def _restored_lazily(
@@ -346,7 +364,9 @@ def _restored_lazily(
 
     dataset = counts.dataset
     assert isinstance(dataset, Dataset)  # a collection's genes are joined, not in a stored order
-    restored = TiledCSRDataset(dataset.with_gene_order("original"), counts.dtype)
+    restored = with_read_options(
+        TiledCSRDataset(dataset.with_gene_order("original"), counts.dtype), read_options_of(counts)
+    )
 
     def genes(value: Any) -> Any:  # an element whose columns are the tiles' genes
         return restored if value is counts else value[:, columns]
@@ -390,16 +410,15 @@ def _restored_lazily(
 
 
 def _dataset_of(adata: ad.AnnData) -> Dataset:
-    if adata.uns.get(UNS_KEY, {}).get("columns") == "joined":
-        msg = (
-            "read_obs reads one dataset's obs; this AnnData is a collection of datasets: read it again with "
-            "read_deltacells([...], obs_columns=[...]) for more columns"
-        )
-        raise InvalidTypeError(msg)
     counts = counts_of(view_parts(adata)[0])  # in X, or in a layer or raw when the AnnData written had them there
     if isinstance(counts, TiledCSRDataset):
         dataset = counts.dataset
-        assert isinstance(dataset, Dataset)  # a collection's uns says "joined" (above)
+        if isinstance(dataset, Collection):
+            msg = (
+                "read_obs reads one dataset's obs; this AnnData is a collection of datasets: read it again with "
+                "read_deltacells([...], obs_columns=[...]) for more columns"
+            )
+            raise InvalidTypeError(msg)
         return dataset
     source = source_of(counts)  # read with chunks=: a dask array of the dataset's blocks
     assert source is not None  # counts_of found one
@@ -446,36 +465,13 @@ def _lazy_obs_frame(
     return lazy_obs_frame(obs_store, dataset.n_cells, wanted, names=obs_names)
 
 
-def _uns_entry(dataset: Dataset, *, cache_dir: Any, verify_obs: bool) -> dict[str, Any]:
-    m = dataset.manifest
-    entry: dict[str, Any] = {
-        "url": dataset.store.url,
-        "format_version": 2,
-        "n_tiles": m.n_tiles,
-        "tile_size": m.tile_size,
-        "n_chunks": m.n_chunks,
-        "zstd_level": m.zstd_level,
-        "metadata": _uns_safe(m.metadata),
-    }
-    if cache_dir is not None:
-        entry["cache_dir"] = os.fspath(cache_dir)
-    if m.has_obs:
-        entry["obs_fingerprint"] = m.obs_fingerprint
-    gene_order = dataset.gene_order()
-    if gene_order is not None:
-        entry["gene_order"] = gene_order
-    entry["columns"] = dataset.gene_order_mode  # "original" or "stored": what X's and var's columns follow
-    return entry
+def _lazy_obsm_names(obs: LazyObs) -> pd.Index | None:
+    """The names obsm's frames take with a lazy obs: their own (stored), or ``"0" .. "n-1"`` without stored names."""
+    source = obs.source
+    if source is None or source.stored_names:
+        return None
+    return default_names_of(source.n_cells)
 
 
-def _uns_safe(metadata: dict[str, Any]) -> dict[str, Any] | str:
-    """The manifest metadata as anndata can store it in uns; JSON text when it holds nulls or mixed lists."""
-
-    def storable(value: Any) -> bool:
-        if isinstance(value, dict):
-            return all(isinstance(k, str) and storable(v) for k, v in value.items())
-        if isinstance(value, list):
-            return len({type(v) for v in value}) <= 1 and all(isinstance(v, (str, int, float, bool)) for v in value)
-        return isinstance(value, (str, int, float, bool))
-
-    return metadata if storable(metadata) else json.dumps(metadata)
+def _cache_dir_text(cache_dir: str | os.PathLike[str] | None) -> str | None:
+    return None if cache_dir is None else os.fspath(cache_dir)

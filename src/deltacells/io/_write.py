@@ -205,6 +205,7 @@ def write_deltacells(
             metadata=metadata,
             overwrite=overwrite,
             threads=threads,
+            counts_dtype=getattr(source.matrix, "dtype", None),  # read back in it (docs/format.md, decision 9)
         )
         with writer:
             if elements:  # before any tile: an element anndata cannot write fails the conversion now

@@ -17,6 +17,8 @@ from deltacells.obs import resolve_cache_dir
 if TYPE_CHECKING:
     import anndata as ad
 
+    from deltacells.io import ReadOptions
+
 __all__ = ["LoaderSource", "resolve_source"]
 
 
@@ -146,13 +148,12 @@ def resolve_source(
         selected = _select(opened.collection.n_cells, rows, cells)
         return LoaderSource(opened.collection, selected, None, cache_dir, verify, opened.keys, label)
     if isinstance(source, ad.AnnData):
-        dataset, rows, genes, settings = _from_anndata(source)
-        cache_dir = cache_dir if cache_dir is not None else settings.get("cache_dir")
+        dataset, rows, genes, options = _from_anndata(source)
+        cache_dir = cache_dir if cache_dir is not None else options.cache_dir
         if isinstance(dataset, Collection):
             selected = _select(dataset.n_cells, rows, cells)
-            keys = list(settings.get("keys", []))
-            return LoaderSource(dataset, selected, genes, cache_dir, verify, keys, settings.get("label"))
-        gene_order = gene_order or settings.get("columns")
+            return LoaderSource(dataset, selected, genes, cache_dir, verify, list(options.keys), options.label)
+        gene_order = gene_order or dataset.gene_order_mode
     elif isinstance(source, Dataset):
         dataset = source
     elif isinstance(source, (str, os.PathLike)):
@@ -168,9 +169,9 @@ def resolve_source(
     return LoaderSource(dataset, selected, genes, cache_dir, verify)
 
 
-def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndarray | None, dict[str, Any]]:
-    """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows and genes."""
-    from deltacells.io import UNS_KEY, TiledCSRDataset, counts_of, view_parts
+def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndarray | None, ReadOptions]:
+    """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows, genes and read options."""
+    from deltacells.io import TiledCSRDataset, counts_of, read_options_of, view_parts
 
     ref, rows, cols = view_parts(adata)
     counts = counts_of(ref)  # X, or the layer or raw.X the counts were written from
@@ -189,7 +190,7 @@ def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndar
         genes = np.arange(ref.n_vars)[cols]
         if np.array_equal(genes, np.arange(ref.n_vars)):
             genes = None
-    return dataset, rows, genes, dict(ref.uns.get(UNS_KEY, {}))
+    return dataset, rows, genes, read_options_of(counts)
 
 
 def _select(n_cells: int, rows: Any, cells: Any) -> np.ndarray | None:

@@ -581,15 +581,30 @@ class TileSelection:
         return cls(cells, order, tiles, bounds, starts)
 
     def take(self, chunks: list[pa.Array]) -> pa.Array:
-        """The selected cells' values of a column held as one array per tile, in the order asked for."""
+        """The selected cells' values of a column held as one array per tile, in the order asked for.
+
+        Values of a fixed width (numbers, a categorical's codes) are taken in one Arrow call for all the tiles
+        (their arrays chained, the cells' positions in the chain), not one per tile: a mask over an atlas's
+        category touches thousands of them. Strings (the cells' names) are taken tile by tile, since Arrow's
+        take of a chained array first copies the whole chain.
+        """
         in_order = self.cells if self.order is None else self.cells[self.order]
-        pieces = [
-            chunks[t].take(pa.array(in_order[self.bounds[k] : self.bounds[k + 1]] - self.tile_starts[t]))
-            for k, t in enumerate(self.tiles.tolist())
-        ]
-        if not pieces:
+        if not self.tiles.shape[0]:
             return chunks[0].slice(0, 0) if chunks else pa.array([])
-        gathered = pa.concat_arrays(pieces)
+        picked = [chunks[t] for t in self.tiles.tolist()]
+        if pa.types.is_primitive(picked[0].type):
+            lengths = np.fromiter((len(chunk) for chunk in picked), dtype=np.int64, count=len(picked))
+            chain_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # where each tile begins in the chain
+            per_cell = np.repeat(np.arange(self.tiles.shape[0]), np.diff(self.bounds))
+            positions = in_order - self.tile_starts[self.tiles][per_cell] + chain_starts[per_cell]
+            gathered = pa.chunked_array(picked, type=picked[0].type).take(pa.array(positions)).combine_chunks()
+        else:
+            gathered = pa.concat_arrays(
+                [
+                    chunk.take(pa.array(in_order[self.bounds[k] : self.bounds[k + 1]] - self.tile_starts[t]))
+                    for k, (t, chunk) in enumerate(zip(self.tiles.tolist(), picked, strict=True))
+                ]
+            )
         if self.order is not None:  # back to the order asked for
             inverse = np.empty_like(self.order)
             inverse[self.order] = np.arange(self.order.shape[0])

@@ -48,6 +48,8 @@ def to_count_csr(block: Any, *, first_row: int = 0, n_genes: int | None = None) 
         if dense.ndim != 2:
             msg = f"a block of the count matrix must be two-dimensional, got shape {dense.shape}"
             raise InvalidValueError(msg)
+        if dense.dtype.kind == "f" and dense.dtype.itemsize < 4:  # float16: scipy's sparse matrices have none
+            dense = dense.astype(np.float32)
         csr = sparse.csr_matrix(dense)
     if n_genes is not None and csr.shape[1] != n_genes:
         msg = f"a block of the count matrix has {csr.shape[1]} columns, expected {n_genes}"

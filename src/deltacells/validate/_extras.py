@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deltacells.format import EXTRAS_NAME, MANIFEST_NAME, ManifestFields, collect, extras_of
+from deltacells.format import EXTRAS_NAME, MANIFEST_NAME, ManifestFields, collect, extras_of, is_raw_varm
 
 if TYPE_CHECKING:
     from deltacells.format import Extras
@@ -18,7 +18,7 @@ def check_extras(store: BaseStore, fields: ManifestFields, found: Collector) -> 
     Each element listed must be in the group (its own metadata, not only the consolidated copy), readable
     (arrays are not read whole)
     and of the shape its place says: ``n_cells`` rows for obsm, obsp (both axes), layers and X, the genes of X
-    for varm, varp (both axes) and the columns of layers and X.
+    for varm, varp (both axes) and the columns of layers and X, the tiles' genes for raw's varm.
     """
     extras = collect(extras_of(fields.metadata or {}), found)
     if extras is None:
@@ -37,11 +37,13 @@ def check_extras(store: BaseStore, fields: ManifestFields, found: Collector) -> 
     if n_cells is not None and appended >= n_cells:
         found.add(MANIFEST_NAME, f"metadata.deltacells.anndata.parts hold {appended} cells of the {n_cells}")
         return
+    tile_genes = n_genes
     if extras.counts == "raw":  # the tiles hold raw's genes: X and its elements have the AnnData's own
         n_genes = _length(group, "var", found)
     base_cells = None if n_cells is None else n_cells - appended
     for path in extras.elements:
-        _check_element(group, path, _expected_shape(path, extras, base_cells, n_genes), found)
+        expected = (tile_genes,) if is_raw_varm(path) else _expected_shape(path, extras, base_cells, n_genes)
+        _check_element(group, path, expected, found)
     for part, part_cells in extras.parts:  # each append's per-cell elements, in a group of their own
         try:
             part_group = open_extras(store, extras, consolidated=False, group=f"{EXTRAS_NAME}/{part}")

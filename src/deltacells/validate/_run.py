@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from deltacells._threads import default_threads
-from deltacells.format import MANIFEST_NAME, collect, commit_of
+from deltacells.format import MANIFEST_NAME, collect, commit_of, counts_dtype_of
 from deltacells.storage import open_store
 from deltacells.validate._extras import check_extras
 from deltacells.validate._files import check_files
@@ -69,6 +69,7 @@ def validate_dataset(
         fields = None
     if fields is not None:
         report.n_tiles, report.n_shards = fields.n_tiles, fields.n_shards
+        collect(counts_dtype_of(fields.metadata or {}), found)  # the dtype reads give (docs/format.md, decision 9)
         store = _pending_commit_read_through(store, fields, found)
         check_files(store, fields, found)
         n_threads = default_threads() if threads is None else max(1, int(threads))

@@ -212,6 +212,14 @@ class LazyObs(Dataset2D):
 
     # ------------------------------------------------------------------ values
 
+    def column_dtype(self, name: Hashable) -> Any:
+        """Column ``name``'s pandas dtype, as :attr:`dtypes` gives it, without the others' (nor the names).
+
+        For a view's categorical column, its categories are those of the view's cells (the column's codes
+        are read for them), as anndata's views of a pandas obs have.
+        """
+        return self._dtype(name)
+
     def _dtype(self, name: Hashable) -> Any:
         variable = self.ds[name].variable
         if self._source is None or variable.encoding.get(SOURCE_KEY) != name:
