@@ -252,7 +252,7 @@ def test_conformance_complete(conformance, cache_dir, assert_X_equal):
     assert adata.shape == shape
     assert_X_equal(adata.X, X[:, order], np.float32)  # it records no dtype: read as float32 (decision 9)
     rows = np.array([2599, 0, 1300, 7, 7])
-    assert_X_equal(adata[rows].X, X[rows][:, order])
+    assert_X_equal(adata[rows].X, X[rows][:, order], np.float32)
     expected_obs = pd.read_parquet(conformance / "complete.expected_obs.parquet").set_index("_index")
     expected_obs.index.name = None
     pd.testing.assert_frame_equal(adata.obs, expected_obs, check_index_type=False)
