@@ -311,7 +311,9 @@ class CellLoader:
 
         categories = self.obs_categories
         columns = {
-            name: pd.Categorical.from_codes(values, categories[name]) if name in categories else values
+            name: pd.Categorical.from_codes(values, dtype=pd.CategoricalDtype(list(categories[name])))
+            if name in categories
+            else values
             for name, values in batch.obs.items()
         }
         return pd.DataFrame(columns, index=pd.Index(batch.index, name="cell"))
