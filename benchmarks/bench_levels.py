@@ -160,7 +160,9 @@ def settings(levels: list[int], knob_levels: list[int], stream_size: int) -> lis
         knobs += [(f"window_log={w}", {"window_log": w}) for w in (16, 18, 20, 23, 27) if w != base.window_log]
         knobs += [(f"strategy={STRATEGIES[s]}", {"strategy": s}) for s in STRATEGIES if s != base.strategy]
         knobs += [("enable_ldm", {"enable_ldm": 1}), ("enable_ldm, window_log=27", {"enable_ldm": 1, "window_log": 27})]
-        knobs += [("min_match=3", {"min_match": 3}), ("target_length=999", {"target_length": 999})]
+        # min_match: the shortest match the match finder takes (levels 3-12: 4 bytes; level 1: 6)
+        knobs += [(f"min_match={m}", {"min_match": m}) for m in (3, 4, 5, 6, 7) if m != base.min_match]
+        knobs += [("target_length=999", {"target_length": 999})]
         for label, change in knobs:
             params = zstandard.ZstdCompressionParameters.from_level(level, source_size=stream_size, **change)
             out.append(Setting(f"level {level}, {label}", level, label, params))

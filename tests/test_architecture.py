@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validate",),
     ("demo",),
     ("cli",),
-    ("__init__",),  # the package root: may import anything
+    ("__init__", "__main__"),  # the package root: may import anything; python -m deltacells (the command line)
 )
 
 #: Imports forbidden between two names of the same layer: importer -> what it must not import.

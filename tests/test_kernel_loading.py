@@ -137,6 +137,36 @@ assert os.waitstatus_to_exitcode(status) == 0
     run(code, written)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_while_loading_does_not_wait_for_filelock_forever(written, tmp_path) -> None:
+    """filelock imported after deltacells (by a first write), then a fork while the kernels load: no deadlock.
+
+    filelock 4 closes its locks to other threads from its own before-fork hook; had it run before the hook that
+    waits for the loading thread (whose every kernel takes the cache's file lock), the fork would hang for ever,
+    as a notebook's ``!command`` after a first read did.
+    """
+    code = f"""
+import os, sys
+import deltacells
+from deltacells import _kernel_loading
+from deltacells.datasets import synthetic_counts
+
+assert "filelock" not in sys.modules  # imported by the write below, after deltacells
+synthetic_counts(300, 50, seed=0).write_deltacells({str(tmp_path / "small")!r}, progress=False)
+deltacells.open_dataset(sys.argv[1])  # the loading starts
+assert _kernel_loading._thread is not None and not _kernel_loading._loaded.is_set()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if _kernel_loading._loaded.is_set() else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, written)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("compiling", [True, False])
 def test_a_process_finishes_compiling_before_it_exits_but_not_loading(tmp_path, compiling: bool) -> None:
     """A cold cache is filled by the first process however short it is; a warm one does not delay an exit."""

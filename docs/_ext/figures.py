@@ -118,8 +118,12 @@ def _level_figures(levels: dict[str, Any]) -> dict[str, str]:
     def size(matrix: str, level: int) -> int:
         return plain[(matrix, level)]["tile_bytes"]
 
+    def best_knob_row(matrix: str) -> dict[str, Any]:
+        rows = [r for r in levels["rows"] if r["knob"] and r["matrix"] == matrix and r["level"] == 6]
+        return min(rows, key=lambda r: r["tile_bytes"])
+
     def best_knob(matrix: str) -> int:
-        return min(r["tile_bytes"] for r in levels["rows"] if r["knob"] and r["matrix"] == matrix and r["level"] == 6)
+        return int(best_knob_row(matrix)["tile_bytes"])
 
     chunks = {c["n_chunks"]: c for c in levels["chunks"] if c["matrix"] == REAL_MATRIX}
     layouts = levels["layouts"]
@@ -138,6 +142,16 @@ def _level_figures(levels: dict[str, Any]) -> dict[str, str]:
             over(lambda m: 1 - min(size(m, level) for level in (20, 21, 22)) / size(m, 19)), 1
         ),
         "best_knob_smaller_than_level6": _span_percent(over(lambda m: 1 - best_knob(m) / size(m, 6)), 1),
+        "best_knob_level6": " and ".join(dict.fromkeys(best_knob_row(m)["knob"] for m in matrices)),
+        # the low levels' sizes barely differ (their short matches cost what they save): writing.md's level table
+        "low_levels_size_spread": _span_percent(
+            over(lambda m: max(abs(size(m, level) / size(m, 6) - 1) for level in range(1, 13))), 0
+        ),
+        "level1_vs_level6_size": _span_percent(over(lambda m: size(m, 1) / size(m, 6) - 1), 1),
+        "level1_vs_level6_encode": _span(
+            over(lambda m: plain[(m, 1)]["encode_mnnz_s"] / plain[(m, 6)]["encode_mnnz_s"]), 1
+        ),
+        "level13_smaller_than_level6": _span_percent(over(lambda m: 1 - size(m, 13) / size(m, 6))),
         "default_chunks_size_cost": (
             f"{chunks[levels['default_n_chunks']]['tile_bytes'] / chunks[1]['tile_bytes'] - 1:.1%}"
         ),

@@ -24,6 +24,9 @@ not wait.
 
 A process must not fork while the loading thread runs (the child would inherit numba's locks, held by a
 thread it does not have): a fork waits for it to finish, and the child then has the kernels loaded, free.
+That wait is a hook of ``os.register_at_fork``, registered when the loading first starts, after filelock's own
+(see :func:`_register_fork_hooks`): filelock's closes its locks to other threads until the fork is done, the
+loading thread included, which the wait would then wait for forever.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ _assessed = threading.Event()  # set once the loading thread knows whether it co
 _compiling = False  # whether some kernel is not in numba's cache (the loading compiles it: seconds)
 _start_lock = threading.Lock()
 _thread: threading.Thread | None = None
+_fork_hooks_registered = False
 _local = threading.local()  # .loading: this thread is the loading thread (its calls run the compiled kernels)
 
 
@@ -129,8 +133,28 @@ def _start() -> None:
     global _thread
     with _start_lock:
         if _thread is None and not _loaded.is_set():
+            _register_fork_hooks()
             _thread = threading.Thread(target=_load, name="deltacells-kernel-loading", daemon=True)
             _thread.start()
+
+
+def _register_fork_hooks() -> None:
+    """Make a fork wait for the loading thread (once a process), after filelock has registered its fork hooks.
+
+    ``os.register_at_fork`` runs the ``before`` hooks in the reverse order of their registration, so this one
+    runs before filelock's. filelock (4.x) closes its locks to every thread but the forking one from its
+    ``before`` hook until the fork is done; the loading thread takes and releases the kernel cache's file lock
+    (``deltacells._jit``) for each kernel it loads, so if filelock's hook ran first, the loading thread would
+    stop at its next lock, and this hook, waiting for it, would never return: the fork (a ``DataLoader``
+    worker, a notebook's ``!command``, ``multiprocessing``) would hang.
+    """
+    global _fork_hooks_registered
+    if _fork_hooks_registered:
+        return
+    import filelock  # noqa: F401  # registers filelock's fork hooks (once), before this module's below
+
+    os.register_at_fork(before=_wait_before_fork, after_in_child=_after_fork_in_child)
+    _fork_hooks_registered = True
 
 
 def _load() -> None:
@@ -167,5 +191,4 @@ def _after_fork_in_child() -> None:
     _thread = None  # the parent's thread had finished (see _wait_before_fork); loaded stays as it was
 
 
-os.register_at_fork(before=_wait_before_fork, after_in_child=_after_fork_in_child)
 atexit.register(_finish_compiling_at_exit)

@@ -76,6 +76,47 @@ def test_batches_hold_the_rows_of_their_cells(source, path, tmp_path):
         np.testing.assert_array_equal(batch.obs["total_counts"], source.obs["total_counts"].to_numpy()[batch.index])
 
 
+def test_obs_frame_names_the_categories_of_the_codes(source, path, tmp_path):
+    """``obs_frame``: a batch's obs as pandas, categorical codes as their categories, the cells as the index."""
+    import pandas as pd
+
+    load = loader(path, tmp_path, batch_size=300, obs_columns=["donor", "total_counts", "cell_type"])
+    batch = next(iter(load))
+    frame = load.obs_frame(batch)
+    assert list(frame.columns) == ["donor", "total_counts", "cell_type"]
+    np.testing.assert_array_equal(frame.index, batch.index)
+    expected = source.obs.iloc[batch.index]
+    for name in ("donor", "cell_type"):
+        assert isinstance(frame[name].dtype, pd.CategoricalDtype)
+        assert tuple(frame[name].cat.categories) == load.obs_categories[name]
+        np.testing.assert_array_equal(frame[name].astype(str), expected[name].astype(str))
+        np.testing.assert_array_equal(frame[name].cat.codes, batch.obs[name])
+    np.testing.assert_array_equal(frame["total_counts"], expected["total_counts"])
+    assert loader(path, tmp_path, batch_size=300).obs_frame(Batch(batch.X, batch.index)).shape == (300, 0)
+
+
+def test_a_collections_dataset_column_holds_codes_of_the_dataset_names(source, tmp_path):
+    """For a collection, ``obs["dataset"]`` is a categorical column like the others: codes of the datasets' names."""
+    import pandas as pd
+
+    paths = []
+    for name, cells in (("lung", slice(0, 1000)), ("liver", slice(1000, 1600)), ("blood", slice(1600, 3000))):
+        paths.append(tmp_path / f"{name}.deltacells")
+        deltacells.write_deltacells(source[cells], paths[-1], tile_size=TILE_SIZE, progress=False)
+    load = CellLoader(paths, batch_size=500, obs_columns=["dataset", "cell_type"], cache_dir=tmp_path / "cache")
+    assert load.obs_categories["dataset"] == ("lung", "liver", "blood")
+    names = np.repeat(["lung", "liver", "blood"], [1000, 600, 1400])
+    frames = []
+    for batch in load:
+        assert batch.obs["dataset"].dtype.kind == "i"  # codes, as for cell_type: a model's labels
+        np.testing.assert_array_equal(
+            np.asarray(load.obs_categories["dataset"])[batch.obs["dataset"]], names[batch.index]
+        )
+        frames.append(load.obs_frame(batch))
+    counts = pd.concat(frames)["dataset"].value_counts()
+    assert counts.to_dict() == {"blood": 1400, "lung": 1000, "liver": 600}
+
+
 def test_batches_of_a_window_share_one_allocation_uncopied(source, path, tmp_path):
     """A window's batches are slices of two arrays (no fresh pages per batch), which scipy must not copy."""
     batches = list(loader(path, tmp_path, batch_size=100, buffer_size=1000))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from deltacells._version import __version__
-from deltacells.cli._errors import CLIError, error_message, is_user_error
+from deltacells.cli._errors import CLIError, error_message, is_user_error, on_interrupt
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
 from deltacells.cli._options import io_concurrency_option, level_option, parse_storage_options, storage_option
@@ -140,6 +140,7 @@ def convert(
     options = parse_storage_options(storage_options)
     t0 = time.perf_counter()
     counts_hint: str | None = None
+    on_interrupt(_what_a_stopped_write_leaves(source, out, append=append, overwrite=overwrite))
     try:
         with tempfile.TemporaryDirectory(prefix="deltacells-convert-") as tmp, read_input(source, fmt, tmp) as adata:
             t_open = time.perf_counter() - t0
@@ -181,12 +182,25 @@ def convert(
             raise
         raise CLIError(_in_cli_terms(error_message(exc), counts_hint)) from exc
     elapsed = time.perf_counter() - t0
+    on_interrupt(f"{out} was written whole, only its summary was not printed")
     from deltacells.core import open_dataset
 
     dataset = open_dataset(out, storage_options=options)
     if not append:  # an append keeps the dataset's genes, matched by name
         _check_gene_names(dataset, gene_names)
     _print_convert_summary(dataset, source, fmt, elapsed, t_open)
+
+
+def _what_a_stopped_write_leaves(source: Path, out: str, *, append: bool, overwrite: bool) -> str:
+    """What a conversion stopped by Ctrl-C leaves at ``out``: a write is all or nothing (``DatasetWriter.abort``)."""
+    if append:
+        return (
+            f"the dataset at {out} has all of {source}'s cells or none of them (an append is one atomic commit; "
+            f"deltacells info {out} tells how many cells it has)"
+        )
+    if overwrite:
+        return f"the dataset at {out} is as it was (an overwrite replaces it only once the new one is complete)"
+    return f"{out} was not written (what had been written is removed); run the same command again"
 
 
 def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:

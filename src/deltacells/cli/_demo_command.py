@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from deltacells import _kernel_loading
-from deltacells.cli._errors import CLIError
+from deltacells.cli._errors import CLIError, on_interrupt
 from deltacells.cli._options import level_option
 
 
@@ -42,6 +42,11 @@ def demo(n_cells: int, n_genes: int, tile_size: int, level: int, out: Path | Non
             "of the demo or of anything else, load them from numba's cache)",
             err=True,
         )
+    on_interrupt(
+        "nothing is kept (its temporary directory is removed)"
+        if out is None
+        else f"{out} holds a complete dataset or none (a write is all or nothing); its temporary files are removed"
+    )
     try:
         report = run_demo(
             n_cells=n_cells,

@@ -4,7 +4,8 @@ Errors the user can act on are deltacells' own (:class:`~deltacells.errors.Delta
 dataset, an existing output, data that are not counts...) and operating-system errors that name their file
 (a missing input, a full disk, a permission denied). They are printed as ``error: <message>`` on stderr,
 with exit status 1 and no traceback; warnings as ``warning: <message>``. Anything else is a bug, and shows
-its traceback.
+its traceback. A command stopped by Ctrl-C says so in one line, with what it leaves (see :func:`on_interrupt`),
+and exits with status 130 (128 + SIGINT, as shells report it), instead of click's bare ``Aborted!``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,29 @@ from typing import Any
 import click
 
 from deltacells.errors import DeltaCellsError
+
+#: The exit status of a command stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports a process it killed.
+INTERRUPTED_EXIT_CODE = 130
+
+#: The key of ``click.Context.meta`` (shared by a command's context and the group's) holding what an
+#: interruption of the running command leaves.
+_INTERRUPT_KEY = "deltacells.interrupted"
+
+#: What an interrupted command leaves, unless it said otherwise (:func:`on_interrupt`): commands that only read.
+_READ_ONLY = "it only reads: nothing was changed"
+
+
+def on_interrupt(what_it_leaves: str) -> None:
+    """Say what stopping the running command by Ctrl-C from now on leaves behind (printed if it happens).
+
+    Parameters
+    ----------
+    what_it_leaves
+        The end of the line ``interrupted: deltacells COMMAND stopped (Ctrl-C); <what_it_leaves>``, saying what
+        was written and what to do (``"OUT was not written (what had been written is removed)"``). A command
+        that never calls it leaves nothing: it only reads.
+    """
+    click.get_current_context().meta[_INTERRUPT_KEY] = what_it_leaves
 
 
 def is_user_error(exc: BaseException) -> bool:
@@ -62,7 +86,8 @@ class ErrorReportingGroup(click.Group):
         """Invoke the command, turning user errors (:func:`is_user_error`) into :class:`CLIError`, showing warnings.
 
         A reader that stops reading (``deltacells info DATASET | head -5``) is not an error: the output that no
-        one reads is dropped and the command exits with status 0.
+        one reads is dropped and the command exits with status 0. Ctrl-C prints ``interrupted: deltacells COMMAND
+        stopped (Ctrl-C); <what it leaves>`` on stderr (see :func:`on_interrupt`) and exits with status 130.
         """
         with cli_warnings():
             try:
@@ -70,6 +95,15 @@ class ErrorReportingGroup(click.Group):
             except BrokenPipeError:
                 drop_stdout()
                 ctx.exit(0)
+            except KeyboardInterrupt:
+                leaves = ctx.meta.get(_INTERRUPT_KEY, _READ_ONLY)
+                after_the_terminal_echo = "\n" if sys.stderr.isatty() else ""  # "^C", maybe a progress bar
+                click.echo(
+                    f"{after_the_terminal_echo}interrupted: deltacells {ctx.invoked_subcommand} stopped (Ctrl-C); "
+                    f"{leaves}",
+                    err=True,
+                )
+                ctx.exit(INTERRUPTED_EXIT_CODE)
             except Exception as exc:
                 if not is_user_error(exc):
                     raise

@@ -10,11 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from deltacells.cli._errors import CLIError
+from deltacells.cli._errors import CLIError, error_message
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import detect_format
+from deltacells.cli._listed import listed_objects_problems, sizes_checked
 from deltacells.cli._options import parse_storage_options, storage_option
-from deltacells.format import INDEX_COLUMN, MANIFEST_NAME, OBS_SCHEMA_NAME, VAR_NAMES_NAME, VAR_TABLE_NAME
+from deltacells.errors import DatasetNotFoundError, FormatError
+from deltacells.format import (
+    INDEX_COLUMN,
+    MANIFEST_NAME,
+    OBS_SCHEMA_NAME,
+    VAR_NAMES_NAME,
+    VAR_TABLE_NAME,
+    first_problem_raises,
+)
 
 if TYPE_CHECKING:
     from deltacells.core import Dataset
@@ -26,7 +35,9 @@ INFO_JSON_VERSION = 1
 def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``deltacells info --json`` prints: a summary of a dataset, from its manifest and small files.
 
-    No tile is decoded and no obs column is localized (the obs columns come from ``obs/schema.json``).
+    No tile is decoded and no obs column is localized (the obs columns come from ``obs/schema.json``). The tiles
+    and obs shards the manifest lists are checked to be there (one listing of each folder) and, on a local disk,
+    to have the sizes it records; their contents are not read (``deltacells validate`` reads every byte).
 
     Returns
     -------
@@ -49,7 +60,10 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
           ``{"counts", "elements": [{"path", "shape", "bytes"}]}``, ``counts`` saying where the tiles' matrix
           was (``"X"``, ``"raw"``, ``"layers/<name>"``), ``bytes`` an element's uncompressed size (its metadata
           only is read);
-        * ``metadata``: the manifest's free-form metadata.
+        * ``metadata``: the manifest's free-form metadata;
+        * ``problems``: the tiles and obs shards the manifest lists that are missing or (``sizes_checked``) of
+          another size, as ``[{"object", "message"}]`` (empty: none); ``sizes_checked``: whether sizes were
+          compared (on a local disk).
     """
     from deltacells.core import open_dataset, sidecar_bytes
 
@@ -85,11 +99,13 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
         "obs": _obs_info(dataset),
         "anndata": _extras_info(dataset),
         "metadata": m.metadata,
+        "problems": [{"object": p.object, "message": p.message} for p in listed_objects_problems(dataset)],
+        "sizes_checked": sizes_checked(dataset),
     }
 
 
 def _extras_info(dataset: Dataset) -> dict[str, Any] | None:
-    from deltacells.format import extras_of, first_problem_raises
+    from deltacells.format import extras_of
 
     extras = first_problem_raises(extras_of(dataset.manifest.metadata), dataset.store.url)
     if extras is None:
@@ -155,18 +171,35 @@ def info(path: str, as_json: bool, storage_options: str | None) -> None:
     """Summarise the dataset at PATH: shape, tiles, sizes, gene order, var, obs columns, metadata.
 
     Only the manifest and the small files are read: no tile is decoded and no obs column is fetched.
+    The tiles and obs shards the manifest lists are checked to be there and, on a local disk, to have the
+    sizes it records: the exit status is 1 if one is not (the problems are listed), 0 otherwise. Their
+    contents are not read: "deltacells validate PATH" decodes and checks every byte.
+
     With --json, one JSON object with the keys info_version, path, format, version, n_cells, n_genes,
     n_tiles, tile_size, n_chunks, zstd_level, nnz, density, tile_bytes, obs_bytes, other_bytes,
     total_bytes, bytes_per_nonzero, has_gene_order, has_var_names, has_var_table, has_obs, var, obs,
-    anndata and metadata (see deltacells.cli.dataset_info).
+    anndata, metadata, problems and sizes_checked (see deltacells.cli.dataset_info).
     """
     _require_local_exists(path)
-    doc = dataset_info(path, storage_options=parse_storage_options(storage_options))
+    try:
+        doc = dataset_info(path, storage_options=parse_storage_options(storage_options))
+    except FormatError as exc:
+        if isinstance(exc, DatasetNotFoundError):
+            raise
+        msg = f"{error_message(exc)}; deltacells validate {path} lists every problem of the dataset"
+        raise CLIError(msg) from exc
     if as_json:
         click.echo(json.dumps(doc, indent=2))
-        return
-    for line in _info_lines(doc):
-        click.echo(line)
+    else:
+        for line in _info_lines(doc):
+            click.echo(line)
+    problems = doc["problems"]
+    if problems:
+        msg = (
+            f"{path} is damaged: {plural(len(problems), 'problem')} with the tiles and obs shards its manifest "
+            f"lists; deltacells validate {path} checks every object"
+        )
+        raise CLIError(msg)
 
 
 def _require_local_exists(path: str) -> None:
@@ -276,4 +309,25 @@ def _info_lines(doc: dict[str, Any]) -> list[str]:
             shape = " x ".join(f"{n:,}" for n in e["shape"]) if e["shape"] else ""
             lines.append(f"                {e['path']:<{width}}  {shape}")
     lines.append(f"  metadata    {json.dumps(doc['metadata'])}")
+    return lines + _checked_lines(doc)
+
+
+#: Problems ``info`` lists; the rest are counted.
+_PROBLEMS_SHOWN = 10
+
+
+def _checked_lines(doc: dict[str, Any]) -> list[str]:
+    """What was checked (and what was not: the contents), then the problems found, if any."""
+    n_shards = doc["obs"]["n_shards"] if doc["obs"] is not None else 0
+    objects = plural(doc["n_tiles"], "tile") + (f" and {plural(n_shards, 'obs shard')}" if n_shards else "")
+    sizes = ", of the sizes it records" if doc["sizes_checked"] else ""
+    lines = [
+        f"  checked     the manifest and small files; its {objects} are there{sizes}",
+        f"              (their contents are not read: deltacells validate {doc['path']} decodes and checks every byte)",
+    ]
+    problems = doc["problems"]
+    for k, problem in enumerate(problems[:_PROBLEMS_SHOWN]):
+        lines.append(f"{'  problems    ' if k == 0 else ' ' * 14}{problem['object']}: {problem['message']}")
+    if len(problems) > _PROBLEMS_SHOWN:
+        lines.append(f"{' ' * 14}... and {len(problems) - _PROBLEMS_SHOWN} more")
     return lines

@@ -11,6 +11,7 @@ __all__ = [
     "Generated",
     "H5adWritten",
     "Opened",
+    "ReadComparison",
     "ScanpyRun",
     "SubsetRead",
     "WarmUp",
@@ -37,11 +38,10 @@ class Generated:
 
 @dataclass(frozen=True)
 class H5adWritten:
-    """The same AnnData written as a gzip-compressed h5ad, for comparison, and read back whole."""
+    """The same AnnData written as a gzip-compressed h5ad, for comparison (its reading: :class:`ReadComparison`)."""
 
     bytes: int
     seconds: float
-    read_seconds: float  # anndata.read_h5ad, X into memory (best of 3, page cache warm)
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,39 @@ class FullRead:
         return self.same_x and self.same_obs and self.same_var
 
 
+#: Below this share of a CPU for the single-threaded h5ad read, the machine is reported busy (timings noisy).
+BUSY_CPU_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class ReadComparison:
+    """The whole dataset read into memory as an AnnData, against ``anndata.read_h5ad`` of the gzip h5ad.
+
+    Each read ran once untimed, then ``rounds`` times, the two in turn; the best time of each is kept.
+    """
+
+    rounds: int
+    #: ``read_deltacells(path).to_memory()``: X, obs and var in memory.
+    deltacells_seconds: float
+    #: ``anndata.read_h5ad(h5ad)``: the same.
+    h5ad_seconds: float
+    #: Threads decoding the tiles, and the CPUs the process may use.
+    threads: int
+    usable_cpus: int
+    #: CPU time over wall time of the h5ad reads (one thread): near 1 when nothing else wanted the CPUs.
+    h5ad_cpu_share: float
+
+    @property
+    def speedup(self) -> float:
+        """How many times as fast the dataset read as the gzip h5ad (best against best)."""
+        return self.h5ad_seconds / self.deltacells_seconds
+
+    @property
+    def busy(self) -> bool:
+        """Whether other work on the machine took CPU time from the reads (the h5ad's had under 90% of a CPU)."""
+        return self.h5ad_cpu_share < BUSY_CPU_SHARE
+
+
 @dataclass(frozen=True)
 class SubsetRead:
     """A subset of cells read into memory, and whether its X equals the source's."""
@@ -138,6 +171,7 @@ class DemoReport:
     opened: Opened
     warm_up: WarmUp
     full_read: FullRead
+    comparison: ReadComparison
     subsets: tuple[SubsetRead, ...]
     scanpy: ScanpyRun
 

@@ -9,6 +9,7 @@ from typing import Any
 from deltacells.codec import resolve_level
 from deltacells.demo._convert import convert
 from deltacells.demo._generate import generate, source_x, write_h5ad_gzip
+from deltacells.demo._head_to_head import compare_whole_reads
 from deltacells.demo._read import choose_subsets, open_lazily, read_all, read_subset, warm_up
 from deltacells.demo._report import DemoReport, FullRead, SubsetRead
 from deltacells.demo._scanpy import run_scanpy
@@ -17,7 +18,9 @@ from deltacells.errors import DemoMismatchError
 __all__ = ["run_demo"]
 
 #: The steps, as the progress bar names them (three subsets are read).
-_STEPS = ("generate", "h5ad", "convert", "open", "warm-up", "read all", "subset", "subset", "subset", "scanpy")
+_STEPS = (
+    "generate", "h5ad", "convert", "open", "warm-up", "read all", "against h5ad", "subset", "subset", "subset", "scanpy"
+)  # fmt: skip
 
 
 def run_demo(
@@ -93,6 +96,8 @@ def run_demo(
             expected_x = source_x(adata).tocsr()  # read back in the source's gene order (the default)
             full_read = read_all(back, adata, expected_x)
             _require_identical(full_read, path)
+            _next(bar, "against h5ad")
+            comparison = compare_whole_reads(path, tmp / "demo.h5ad", cache_dir=cache_dir, threads=threads)
             subsets: list[SubsetRead] = []
             analysed = None  # the first subset (a cell type), for scanpy
             for label, index in choose_subsets(back, tile_size=tile_size, seed=seed):
@@ -115,6 +120,7 @@ def run_demo(
         opened=opened,
         warm_up=warmed,
         full_read=full_read,
+        comparison=comparison,
         subsets=tuple(subsets),
         scanpy=scanpy,
     )

@@ -27,6 +27,8 @@ from deltacells.loader._source import LoaderSource, resolve_source
 from deltacells.obs import CollectionObs, ObsStore
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from deltacells.core import Dataset
 
 __all__ = ["Batch", "CellLoader"]
@@ -56,7 +58,9 @@ class Batch:
         ``int64``: the cells' numbers in the dataset (rows of ``read_deltacells(path)``).
     obs
         The obs columns asked for, one numpy array per column aligned with the rows: the integer codes of a
-        categorical column (its categories are the loader's ``obs_categories[name]``), the values of others.
+        categorical column (its categories are the loader's ``obs_categories[name]``; a collection's
+        ``"dataset"`` column is one, of the datasets' names), the values of others. The loader's
+        ``obs_frame(batch)`` gives them as a pandas DataFrame, categorical columns by their names.
     """
 
     X: Any
@@ -105,8 +109,10 @@ class CellLoader:
         Cells to load (an index into the source's cells: integers, a boolean mask or a slice); ``None``: all.
         They are a set: each comes once per epoch, whatever their order or repeats.
     obs_columns
-        obs columns to give with each batch (``Batch.obs``), read from the local obs cache (copied there
-        when the loader is made); ``()``: none, and obs is never read.
+        obs columns to give with each batch (``Batch.obs``: a categorical column as its integer codes, see
+        :attr:`obs_categories` and :meth:`obs_frame`), read from the local obs cache (copied there when the loader
+        is made); ``()``: none, and obs is never read. For a collection, ``"dataset"`` (its ``label``) gives
+        each cell's dataset.
     output
         ``"scipy"`` (CSR matrices), ``"numpy"`` (dense arrays), ``"torch"`` (dense tensors) or
         ``"torch_sparse"`` (sparse CSR tensors); torch is needed only for the last two.
@@ -263,7 +269,11 @@ class CellLoader:
 
     @property
     def obs_categories(self) -> dict[str, tuple[Any, ...]]:
-        """The categories of each categorical obs column asked for (``Batch.obs`` holds their codes)."""
+        """The categories of each categorical obs column asked for (``Batch.obs`` holds their codes).
+
+        A collection's ``"dataset"`` column has the datasets' names (``keys``) for categories. :meth:`obs_frame`
+        turns a batch's codes into these names.
+        """
         if self._obs_store is None:
             return {}
         if isinstance(self._obs_store, CollectionObs):
@@ -278,6 +288,35 @@ class CellLoader:
             for name in self.obs_columns
             if schema.column(name).kind == "category"
         }
+
+    def obs_frame(self, batch: Batch) -> pd.DataFrame:
+        """A batch's obs as a pandas DataFrame, categorical columns by their names: to read, count or print.
+
+        ``batch.obs`` holds the integer codes of a categorical column (what a model's labels want); here each
+        one is a ``pandas.Categorical`` of the categories :attr:`obs_categories` lists; the other columns are as in
+        ``batch.obs``. For a collection, ``obs_frame(batch)["dataset"]`` names each cell's dataset.
+
+        Parameters
+        ----------
+        batch
+            A batch of this loader.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per cell of the batch, indexed by the cells' numbers (``batch.index``), one column per obs
+            column asked for (``obs_columns``), in that order.
+        """
+        import pandas as pd
+
+        categories = self.obs_categories
+        columns = {
+            name: pd.Categorical.from_codes(values, dtype=pd.CategoricalDtype(list(categories[name])))
+            if name in categories
+            else values
+            for name, values in batch.obs.items()
+        }
+        return pd.DataFrame(columns, index=pd.Index(batch.index, name="cell"))
 
     def __len__(self) -> int:
         """Batches this rank gets per epoch."""
