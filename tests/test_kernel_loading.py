@@ -79,7 +79,6 @@ for rows in ([5], [2999, 0, 1700, 5], slice(None, None, 97)):
 def test_a_large_read_waits_for_the_kernels(written) -> None:
     code = """
 _kernel_loading.WAIT_MIN_NNZ = 1000  # a read of 100 cells is large here
-_kernel_loading.kernels_to_compile = lambda: []  # as when numba's cache has them all (whether it has or not)
 threading.Timer(0.5, release.set).start()
 same(slice(0, 100), dataset.read_rows(slice(0, 100)))
 assert _kernel_loading._loaded.is_set()  # waited for them
@@ -91,8 +90,7 @@ assert "deltacells.codec._kernels" in sys.modules
 def test_a_large_read_does_not_wait_for_kernels_being_compiled(written) -> None:
     code = """
 _kernel_loading.WAIT_MIN_NNZ = 1000
-_kernel_loading._compiling = True  # what the (held) loading thread finds when numba's cache is cold
-_kernel_loading._assessed.set()
+_kernel_loading._compiling = True  # what the (held) loading thread says once numba's cache misses a kernel
 same(slice(0, 3000), dataset.read_rows(slice(0, 3000)))  # numpy's versions, while the kernels compile
 assert not _kernel_loading._loaded.is_set()
 release.set()
@@ -149,7 +147,6 @@ from deltacells import _kernel_loading
 
 def slow_load():
     _kernel_loading._compiling = {compiling}
-    _kernel_loading._assessed.set()
     time.sleep(2)
     open({str(marker)!r}, "w").close()
 
@@ -176,3 +173,34 @@ assert _kernel_loading.compiled_kernels()
 same([5, 2999], dataset.read_rows([5, 2999]))  # compiled kernels, loaded by this call
 """
     run(code, written)
+
+
+#: Run in a fresh interpreter on the numba cache of $NUMBA_CACHE_DIR: starts the loading, asks to wait as a read
+#: of a million nonzeros does, then prints whether the kernels were loaded then and whether the loading compiled.
+WAIT_AS_A_LARGE_READ = """
+from deltacells import _kernel_loading
+_kernel_loading.prepare_kernels(_kernel_loading.WAIT_MIN_NNZ)
+print(_kernel_loading._loaded.is_set(), _kernel_loading._compiling, len(_kernel_loading.kernels_to_compile()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(os.environ.get("NUMBA_DISABLE_JIT")), reason="NUMBA_DISABLE_JIT: nothing is compiled")
+def test_a_large_read_waits_unless_the_kernels_it_needs_are_compiled(tmp_path) -> None:
+    """A cold cache: the loading compiles, and large reads go on meanwhile; a cache holding what the warm-ups load
+    but not the kernels of the format's escapes (compiled when first used): they wait, and the kernels are loaded.
+    """
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run_once() -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", WAIT_AS_A_LARGE_READ], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()
+
+    loaded, compiling, _ = run_once()  # the process then finishes compiling before it exits
+    assert (loaded, compiling) == ("False", "True")
+    loaded, compiling, missing = run_once()
+    assert int(missing) > 0  # kernels the warm-ups never call are still not in the cache...
+    assert (loaded, compiling) == ("True", "False")  # ...and yet nothing is compiled: the read waited
