@@ -43,6 +43,7 @@ __all__ = [
     "KERNEL_MODULES",
     "WAIT_MIN_NNZ",
     "compiled_kernels",
+    "kernels_loaded",
     "kernels_to_compile",
     "load_compiled_kernels",
     "prepare_kernels",
@@ -81,6 +82,11 @@ def compiled_kernels() -> bool:
         return True
     _start()
     return False
+
+
+def kernels_loaded() -> bool:
+    """Whether numba's kernels are loaded in this process (nothing is started: for work that has another way)."""
+    return _usable()
 
 
 def prepare_kernels(nnz: int = 0) -> None:
