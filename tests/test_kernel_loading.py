@@ -204,3 +204,53 @@ def test_a_large_read_waits_unless_the_kernels_it_needs_are_compiled(tmp_path) -
     loaded, compiling, missing = run_once()
     assert int(missing) > 0  # kernels the warm-ups never call are still not in the cache...
     assert (loaded, compiling) == ("True", "False")  # ...and yet nothing is compiled: the read waited
+
+
+#: Public decoding alone, in a fresh interpreter that opens no dataset (argv[1]: a tile), its loading thread held:
+#: each call starts the loading; small tiles decode with numpy's versions meanwhile, large ones wait; once the
+#: kernels are loaded, numpy's versions are no longer called.
+PUBLIC_DECODING = """
+import sys, threading
+import numpy as np
+from deltacells import _kernel_loading
+from deltacells.codec import _vectorised, decode_chunks, parse_tile
+
+release = threading.Event()
+load = _kernel_loading._load
+_kernel_loading._load = lambda: (release.wait(120), load())
+calls = []
+numpy_decode = _vectorised.decode_chunk
+_vectorised.decode_chunk = lambda *args: (calls.append(1), numpy_decode(*args))[1]
+blob = open(sys.argv[1], "rb").read()
+
+import deltacells
+expected = None
+for decode in ("decode_tile", "decode_chunks"):
+    run = (lambda: deltacells.decode_tile(blob)) if decode == "decode_tile" else (
+        lambda: decode_chunks(parse_tile(blob), [(0, blob)], range(parse_tile(blob).n_chunks)))
+    tile = run()
+    assert _kernel_loading._thread is not None and not _kernel_loading._loaded.is_set(), decode  # started
+    assert calls, decode  # numpy's versions, while the kernels load
+    expected = tile.indices.copy() if expected is None else expected
+    np.testing.assert_array_equal(tile.indices, expected)
+    calls.clear()
+
+_kernel_loading.WAIT_MIN_NNZ = 1  # every tile is large now: it waits for the kernels
+threading.Timer(0.3, release.set).start()
+prefix = parse_tile(blob)  # (its chunk table checked by numpy's version: not a decoding)
+calls.clear()
+tile = decode_chunks(prefix, [(0, blob)], range(prefix.n_chunks))
+assert _kernel_loading._loaded.is_set() and not calls
+tile = deltacells.decode_tile(blob)
+assert not calls  # the compiled kernels, now that they are loaded
+np.testing.assert_array_equal(tile.indices, expected)
+"""
+
+
+def test_public_decoding_starts_the_loading_and_uses_the_kernels_once_loaded(written) -> None:
+    path, _ = written
+    tile = next((path / "tiles").iterdir())
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLIC_DECODING, str(tile)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

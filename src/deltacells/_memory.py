@@ -2,30 +2,36 @@
 
 A read's output arrays (a full read of 100,000 cells: 300 MB) are large, and memory new to a process costs
 more to write the first time than the decoding that fills it: every 4 KiB page faults, and the kernel zeroes
-it. Measured on the 2-core benchmark machine (a Firecracker VM, Linux 6.18, THP ``enabled=madvise``,
-``defrag=madvise``, free page reporting of 8 MiB blocks to the host), 300 MB written once, CPU time:
+it. ``benchmarks/bench_output_memory.py`` measures the ways of getting it (300 MB written by two threads, CPU
+time, medians of two runs of 5 and 7 on the 2-core benchmark machine: a Firecracker VM, Linux 6.18, THP
+``enabled=madvise``, ``defrag=madvise``, free page reporting of 8 MiB blocks to the host):
 
-============================================  ===========  ==============================================
-memory                                        fresh proc.  again in the same process
-============================================  ===========  ==============================================
-``mmap(MAP_SHARED)`` (before: shmem pages)     180-300 ms   200 ms
-``mmap(MAP_PRIVATE)``, faulted as written      120-280 ms   150 ms
-``MAP_PRIVATE | MAP_POPULATE`` (in bulk)       100-110 ms   117 ms
-``np.empty`` (numpy advises huge pages)        360-650 ms   50 ms when 2 MiB pages are free, 470 when not
-a mapping released by an earlier read            --         22 ms (30 after ``MADV_FREE``, +13 to advise)
-============================================  ===========  ==============================================
+==============================================  ==================  ========================================
+memory                                          in a fresh process  again, after reads in the same process
+==============================================  ==================  ========================================
+``mmap(MAP_SHARED)`` (before: shmem pages)      230 ms              225 ms
+``mmap(MAP_PRIVATE)``, faulted as written       165 ms              155 ms
+``MAP_PRIVATE``, ``MAP_POPULATE`` (in bulk)     115-125 ms          105-115 ms
+``MAP_PRIVATE``, populated by the threads       115-120 ms          100-125 ms
+``np.empty`` (numpy advises huge pages)         40-310 ms           35 ms
+huge pages advised, populated                   150-315 ms          35 ms
+:func:`empty` (populated; then reused)          120 ms              20-30 ms
+==============================================  ==================  ========================================
 
 Huge pages are the cheapest to fault when the kernel has them free, and the dearest when it has not (it
 compacts memory synchronously where ``defrag`` is ``madvise``; on this VM the host must also back again the
-large blocks the guest reported free): a fresh process, and one read in three after it, paid 0.35 to 0.8 s.
+large blocks the guest reported free): from one fresh process to the next, 40 to 310 ms, and reads of an
+earlier measurement paid 0.35 to 0.8 s in a fresh process and one read in three after it.
 So :func:`empty` maps large arrays itself, anonymous, private and unadvised (the system's default for memory
 nobody advised: huge pages only where THP is ``always``), and keeps the mapping when the last array viewing it
 is freed, to give it to the next array of about its size: reads after the first write memory already
-mapped, which costs no fault at all. A released mapping is advised ``MADV_FREE``: the kernel may take its
+mapped, which costs no fault at all (a full read of those 100,000 cells, one core: 370 ms of CPU time before,
+205 after). A new mapping's pages are mapped in bulk, ``madvise(MADV_POPULATE_WRITE)`` on the decoding threads
+(:func:`populate`), ahead of the decoding. A released mapping is advised ``MADV_FREE``: the kernel may take its
 pages back whenever it needs memory (it then hands out zeroed pages again, faulting as new), so the memory
 kept is never memory the system lacks. Released mappings are kept up to :data:`MAX_RELEASED_BYTES` in all,
-and for :data:`RELEASED_SECONDS` at most (checked at each allocation and release); where ``MADV_FREE`` or
-private mappings do not exist (not Linux, macOS or a BSD), mappings are unmapped when released, as before.
+and for :data:`RELEASED_SECONDS` at most (checked whenever a large array is allocated); where ``MADV_FREE``
+or private mappings do not exist (not Linux, macOS or a BSD), mappings are unmapped when released.
 
 Private mappings also keep a forked child's writes its own: a ``MAP_SHARED`` output (as mapped before) was
 shared with every child forked after it was made (a ``DataLoader`` worker writing into an inherited matrix
