@@ -144,6 +144,7 @@ BENCHMARKS: list[tuple[str, str | None, list[str]]] = [
     ("bench_decode", "decode-30k.json", ["--visium", VISIUM, "--resample", "30000", "--repeat", "9"]),  # 4 minutes
     ("bench_import", "import.json", []),  # 1 minute
     ("bench_gene_order", "gene-order.json", []),  # 5 minutes
+    ("bench_output_memory", "output-memory.json", []),  # 2 minutes
     ("bench_row_sort", "row-sort.json", []),
     ("bench_levels", "levels.json", ["--knob-levels", "6", "--sample-tiles", "4"]),  # 6 minutes
     ("bench_convert", "convert.json", []),  # 3 minutes

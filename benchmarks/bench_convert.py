@@ -1,15 +1,19 @@
-"""Converting an AnnData: ``write_deltacells`` (default level, archive preset) against ``write_h5ad``.
+"""Converting an AnnData: ``write_deltacells`` (default level, archive preset) against anndata's h5ad and zarr writers.
 
 On the real Visium CytAssist matrix (2,898 x 19,465, read with ``scanpy.read_10x_mtx``) and on a larger one
-made by resampling its real cells (``--cells``, default 30,000, drawn with replacement), in memory:
+made by resampling its real cells (``--cells``, default 100,000, drawn with replacement), in memory:
 
 * ``write_deltacells(adata, out)`` with the defaults (``level="default"``), on 1 and on 2 encoding threads
   (``threads=``), and with ``level="archive"``;
-* ``adata.write_h5ad(path, compression=...)`` with gzip, lzf and no compression;
+* ``adata.write_h5ad(path, compression=...)`` with gzip, lzf and no compression, and ``adata.write_zarr(path)``
+  (anndata's defaults);
 * the tiles alone encoded with ``encode_tile`` on 1 and 2 threads, against zstd alone on 1 and 2 threads
   (what the machine's cores give at the time);
 * the first pass of ``write_deltacells`` alone (the gene totals, ``deltacells.io._write.gene_totals``); the
   second pass (tiles encoded and written) is the whole conversion less the first pass.
+
+A write of 50,000 cells or more starts loading numba's kernels (its genes are then reordered by a compiled
+kernel): the round that warms up pays for that, as the first large write of a process does.
 
 Times are the best of ``--repeat`` rounds (after one round to warm up) that interleave the methods, so load
 from other work on the machine hits them alike: read them as ratios to gzip h5ad, measured in the same run.
@@ -19,7 +23,7 @@ the bytes on disk (the dataset directory, the h5ad file).
 
 Usage::
 
-    python benchmarks/bench_convert.py [--quick] [--json PATH] [--cells 30000] [--repeat 3]
+    python benchmarks/bench_convert.py [--quick] [--json PATH] [--cells 100000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -97,6 +101,11 @@ def methods(adata: Any, workdir: Path, levels: list[int]) -> dict[str, Callable[
 
         return run
 
+    def zarr() -> Path:
+        out = workdir / "out.zarr"
+        adata.write_zarr(out)
+        return out
+
     def first_pass() -> None:
         gene_totals(matrix_source(adata), max(2048, 4096))  # the block size write_deltacells reads with
 
@@ -108,6 +117,7 @@ def methods(adata: Any, workdir: Path, levels: list[int]) -> dict[str, Callable[
         "h5ad gzip": h5ad("gzip"),
         "h5ad lzf": h5ad("lzf"),
         "h5ad none": h5ad(None),
+        "zarr": zarr,
         "first pass (gene totals)": first_pass,
     }
 
@@ -179,7 +189,7 @@ def bench(name: str, adata: Any, repeat: int, workdir: Path, levels: list[int]) 
     peaks = {}
     for label, run in todo.items():
         peaks[label] = peak_memory(run)
-    for out in (workdir / "out.deltacells", workdir / "out.h5ad"):
+    for out in (workdir / "out.deltacells", workdir / "out.h5ad", workdir / "out.zarr"):
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
     gzip_s, gzip_b = best["h5ad gzip"], sizes["h5ad gzip"]
@@ -245,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small matrices, one round (seconds; for CI)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
-    parser.add_argument("--cells", type=int, default=30_000, help="cells of the resampled matrix")
+    parser.add_argument("--cells", type=int, default=100_000, help="cells of the resampled matrix")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; times are the best round")
     parser.add_argument("--levels", default="", help="other zstd levels to time too, e.g. '1,6,9'")
     args = parser.parse_args(argv)

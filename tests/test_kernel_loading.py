@@ -79,7 +79,6 @@ for rows in ([5], [2999, 0, 1700, 5], slice(None, None, 97)):
 def test_a_large_read_waits_for_the_kernels(written) -> None:
     code = """
 _kernel_loading.WAIT_MIN_NNZ = 1000  # a read of 100 cells is large here
-_kernel_loading.kernels_to_compile = lambda: []  # as when numba's cache has them all (whether it has or not)
 threading.Timer(0.5, release.set).start()
 same(slice(0, 100), dataset.read_rows(slice(0, 100)))
 assert _kernel_loading._loaded.is_set()  # waited for them
@@ -91,8 +90,7 @@ assert "deltacells.codec._kernels" in sys.modules
 def test_a_large_read_does_not_wait_for_kernels_being_compiled(written) -> None:
     code = """
 _kernel_loading.WAIT_MIN_NNZ = 1000
-_kernel_loading._compiling = True  # what the (held) loading thread finds when numba's cache is cold
-_kernel_loading._assessed.set()
+_kernel_loading._compiling = True  # what the (held) loading thread says once numba's cache misses a kernel
 same(slice(0, 3000), dataset.read_rows(slice(0, 3000)))  # numpy's versions, while the kernels compile
 assert not _kernel_loading._loaded.is_set()
 release.set()
@@ -179,7 +177,6 @@ from deltacells import _kernel_loading
 
 def slow_load():
     _kernel_loading._compiling = {compiling}
-    _kernel_loading._assessed.set()
     time.sleep(2)
     open({str(marker)!r}, "w").close()
 
@@ -206,3 +203,84 @@ assert _kernel_loading.compiled_kernels()
 same([5, 2999], dataset.read_rows([5, 2999]))  # compiled kernels, loaded by this call
 """
     run(code, written)
+
+
+#: Run in a fresh interpreter on the numba cache of $NUMBA_CACHE_DIR: starts the loading, asks to wait as a read
+#: of a million nonzeros does, then prints whether the kernels were loaded then and whether the loading compiled.
+WAIT_AS_A_LARGE_READ = """
+from deltacells import _kernel_loading
+_kernel_loading.prepare_kernels(_kernel_loading.WAIT_MIN_NNZ)
+print(_kernel_loading._loaded.is_set(), _kernel_loading._compiling, len(_kernel_loading.kernels_to_compile()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(os.environ.get("NUMBA_DISABLE_JIT")), reason="NUMBA_DISABLE_JIT: nothing is compiled")
+def test_a_large_read_waits_unless_the_kernels_it_needs_are_compiled(tmp_path) -> None:
+    """A cold cache: the loading compiles, and large reads go on meanwhile; a cache holding what the warm-ups load
+    but not the kernels of the format's escapes (compiled when first used): they wait, and the kernels are loaded.
+    """
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def run_once() -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", WAIT_AS_A_LARGE_READ], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()
+
+    loaded, compiling, _ = run_once()  # the process then finishes compiling before it exits
+    assert (loaded, compiling) == ("False", "True")
+    loaded, compiling, missing = run_once()
+    assert int(missing) > 0  # kernels the warm-ups never call are still not in the cache...
+    assert (loaded, compiling) == ("True", "False")  # ...and yet nothing is compiled: the read waited
+
+
+#: Public decoding alone, in a fresh interpreter that opens no dataset (argv[1]: a tile), its loading thread held:
+#: each call starts the loading; small tiles decode with numpy's versions meanwhile, large ones wait; once the
+#: kernels are loaded, numpy's versions are no longer called.
+PUBLIC_DECODING = """
+import sys, threading
+import numpy as np
+from deltacells import _kernel_loading
+from deltacells.codec import _vectorised, decode_chunks, parse_tile
+
+release = threading.Event()
+load = _kernel_loading._load
+_kernel_loading._load = lambda: (release.wait(120), load())
+calls = []
+numpy_decode = _vectorised.decode_chunk
+_vectorised.decode_chunk = lambda *args: (calls.append(1), numpy_decode(*args))[1]
+blob = open(sys.argv[1], "rb").read()
+
+import deltacells
+expected = None
+for decode in ("decode_tile", "decode_chunks"):
+    run = (lambda: deltacells.decode_tile(blob)) if decode == "decode_tile" else (
+        lambda: decode_chunks(parse_tile(blob), [(0, blob)], range(parse_tile(blob).n_chunks)))
+    tile = run()
+    assert _kernel_loading._thread is not None and not _kernel_loading._loaded.is_set(), decode  # started
+    assert calls, decode  # numpy's versions, while the kernels load
+    expected = tile.indices.copy() if expected is None else expected
+    np.testing.assert_array_equal(tile.indices, expected)
+    calls.clear()
+
+_kernel_loading.WAIT_MIN_NNZ = 1  # every tile is large now: it waits for the kernels
+threading.Timer(0.3, release.set).start()
+prefix = parse_tile(blob)  # (its chunk table checked by numpy's version: not a decoding)
+calls.clear()
+tile = decode_chunks(prefix, [(0, blob)], range(prefix.n_chunks))
+assert _kernel_loading._loaded.is_set() and not calls
+tile = deltacells.decode_tile(blob)
+assert not calls  # the compiled kernels, now that they are loaded
+np.testing.assert_array_equal(tile.indices, expected)
+"""
+
+
+def test_public_decoding_starts_the_loading_and_uses_the_kernels_once_loaded(written) -> None:
+    path, _ = written
+    tile = next((path / "tiles").iterdir())
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLIC_DECODING, str(tile)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

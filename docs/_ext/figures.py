@@ -65,6 +65,7 @@ def figures(data: Path) -> dict[str, str]:
         **_gene_order_figures(_load(data, "gene-order.json"), _load(data, "row-sort.json")),
         **_cold_start_figures([_load(data, name) for name in COLD_START_RUNS]),
         **_import_figures(_load(data, "import.json")),
+        **_output_memory_figures(_load(data, "output-memory.json")),
     }
 
 
@@ -386,3 +387,21 @@ def quick_runs(data: Path) -> list[str]:
         if doc.get("quick") or doc.get("settings", {}).get("quick") or "--quick" in str(doc.get("partial", "")):
             found.append(path.name)
     return found
+
+
+def _output_memory_figures(run: dict[str, Any]) -> dict[str, str]:
+    """A read's output on memory new to a process, and on memory a read released: ``bench_output_memory.py``."""
+    ways = run["ways"]
+
+    def cpu_ms(way: str, setting: str) -> str:
+        return f"{ways[way][setting]['cpu'] * 1000:.0f}"
+
+    return {
+        "output_memory_mb": f"{run['mb']:.0f}",
+        "output_memory_fresh_ms": cpu_ms("deltacells._memory.empty", "fresh process"),
+        "output_memory_reused_ms": cpu_ms("deltacells._memory.empty", "again"),
+        "output_memory_shared_ms": cpu_ms("mmap shared", "again"),
+        "output_memory_faulted_ms": cpu_ms("mmap private", "fresh process"),
+        "output_memory_numpy_fresh_ms": cpu_ms("np.empty", "fresh process"),
+        "output_memory_numpy_again_ms": cpu_ms("np.empty", "again"),
+    }

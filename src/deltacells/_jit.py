@@ -35,7 +35,7 @@ import numba
 
 from deltacells import _internals
 
-__all__ = ["cache_index_path", "compiled_kernels_list", "kernel"]
+__all__ = ["add_compile_listener", "cache_index_path", "compiled_kernels_list", "kernel"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,6 +87,19 @@ def cache_index_path(dispatcher: Any) -> str:
 #: ``deltacells._kernel_loading.kernels_to_compile``).
 _KERNELS: list[Any] = []
 
+#: Called, on the compiling thread, before a kernel is compiled for a signature its cache lacks.
+_COMPILE_LISTENERS: list[Callable[[], None]] = []
+
+
+def add_compile_listener(listener: Callable[[], None]) -> None:
+    """Have ``listener()`` called before a kernel made by :func:`kernel` is compiled (not loaded from the cache).
+
+    On the thread that compiles, once per signature compiled; what numba's cache holds is loaded unannounced.
+    ``deltacells._kernel_loading`` so learns that its loading takes seconds, not milliseconds.
+    """
+    if listener not in _COMPILE_LISTENERS:
+        _COMPILE_LISTENERS.append(listener)
+
 
 class GuardedCache:
     """A numba function cache used only under a lock on its directory, and checked on load.
@@ -137,14 +150,20 @@ class GuardedCache:
 
     @_internals.overrides("numba.core.caching.Cache")
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        """The cached compilation of ``sig``, or ``None``: not cached, not locked, or for another signature."""
-        if not self._usable or not os.path.isdir(self.cache_path):
-            return None  # nothing cached yet (the directory comes with the first save)
-        result = _internals.numba_load_overload(self._cache, sig, target_context)
-        if result is not None and (
-            _internals.numba_loaded_signature_args(result) != _internals.numba_signature_args(sig)
-        ):
-            return None  # another signature's code under this one's entry: compiled again and saved over it
+        """The cached compilation of ``sig``, or ``None``: not cached, not locked, or for another signature.
+
+        ``None`` makes numba compile ``sig``: the listeners of :func:`add_compile_listener` are told first.
+        """
+        result = None
+        if self._usable and os.path.isdir(self.cache_path):  # (the directory comes with the first save)
+            result = _internals.numba_load_overload(self._cache, sig, target_context)
+            if result is not None and (
+                _internals.numba_loaded_signature_args(result) != _internals.numba_signature_args(sig)
+            ):
+                result = None  # another signature's code under this one's entry: compiled again and saved over it
+        if result is None:
+            for listener in tuple(_COMPILE_LISTENERS):  # (a copy: one may be added meanwhile)
+                listener()
         return result
 
     @_internals.overrides("numba.core.caching.Cache")

@@ -13,9 +13,15 @@ the loading is done it answers ``False``, and the caller runs the kernel's numpy
 (``deltacells.codec._vectorised``, ``deltacells.tiles._gather_vectorised``: same arguments, same results,
 nothing to load, but 4 to 5 times the compiled kernels' time a nonzero). So a read of a few cells is served at
 once; a read of :data:`WAIT_MIN_NNZ` nonzeros or more waits for the loading instead (through
-:func:`prepare_kernels`), which costs it less, unless the loading has to compile kernels (a cold cache):
-that takes seconds, and the read runs numpy's versions meanwhile. Kernels without a numpy version, and the
-error reports of the numpy versions, wait for the loading too (:func:`load_compiled_kernels`).
+:func:`prepare_kernels`), which costs it less, unless the loading has to compile a kernel (one its warm-ups
+call is not in numba's cache: a fresh install): that takes seconds, and the read runs numpy's versions
+meanwhile. The loading knows it compiles when numba's cache misses a signature it asks for
+(``deltacells._jit``), not from the kernels the cache lacks: some kernels (the format's escapes) are compiled
+only when first used, and a cache without them says nothing about the signatures reads need. (Judged by
+those, every process of a machine that never met an escape ran the numpy versions until the kernels were
+loaded, the first large read of a process included, at several times the compiled kernels' cost.) Kernels
+without a numpy version, and the error reports of the numpy versions, wait for the loading too
+(:func:`load_compiled_kernels`).
 
 A process that compiles kernels (the cold cache of a fresh install) finishes compiling them before it exits,
 so that they are in the cache for the next process: a short script or CLI call would otherwise leave it
@@ -40,6 +46,7 @@ __all__ = [
     "KERNEL_MODULES",
     "WAIT_MIN_NNZ",
     "compiled_kernels",
+    "kernels_loaded",
     "kernels_to_compile",
     "load_compiled_kernels",
     "prepare_kernels",
@@ -61,8 +68,8 @@ WARM_UP_MODULES = ("deltacells.codec._warm_up", "deltacells.tiles._warm_up")
 WAIT_MIN_NNZ = 1_000_000
 
 _loaded = threading.Event()
-_assessed = threading.Event()  # set once the loading thread knows whether it compiles (below)
-_compiling = False  # whether some kernel is not in numba's cache (the loading compiles it: seconds)
+_progress = threading.Condition()  # notified when the kernels are loaded, and when the loading starts compiling
+_compiling = False  # whether the loading thread compiles a kernel (numba's cache missed it: seconds)
 _start_lock = threading.Lock()
 _thread: threading.Thread | None = None
 _fork_hooks_registered = False
@@ -81,6 +88,11 @@ def compiled_kernels() -> bool:
     return False
 
 
+def kernels_loaded() -> bool:
+    """Whether numba's kernels are loaded in this process (nothing is started: for work that has another way)."""
+    return _usable()
+
+
 def prepare_kernels(nnz: int = 0) -> None:
     """Before work on about ``nnz`` nonzeros: start loading the compiled kernels, and wait for them if it is large.
 
@@ -94,9 +106,8 @@ def prepare_kernels(nnz: int = 0) -> None:
         return
     _start()
     if nnz >= WAIT_MIN_NNZ:
-        _assessed.wait()
-        if not _compiling:
-            _loaded.wait()
+        with _progress:
+            _progress.wait_for(lambda: _loaded.is_set() or _compiling)
 
 
 def load_compiled_kernels() -> None:
@@ -159,18 +170,30 @@ def _register_fork_hooks() -> None:
 
 def _load() -> None:
     """The loading thread: import every kernel module and warm its kernels up, then say they are loaded."""
-    global _compiling
     _local.loading = True
     try:
-        _compiling = bool(kernels_to_compile())  # imports numba and the kernel modules
-        _assessed.set()
+        for module in KERNEL_MODULES:
+            importlib.import_module(module)  # imports numba
+        from deltacells._jit import add_compile_listener
+
+        add_compile_listener(_compiles)
         for name in WARM_UP_MODULES:
             importlib.import_module(name).warm_up()
     except Exception:  # not raised here, on a thread nobody waits on: the kernels then load on
         pass  # their first call, in the caller's thread, where whatever failed fails again, and is reported
     finally:
-        _assessed.set()
-        _loaded.set()
+        with _progress:
+            _loaded.set()
+            _progress.notify_all()
+
+
+def _compiles() -> None:
+    """Called by ``deltacells._jit`` before numba compiles a signature its cache lacks (on any thread)."""
+    global _compiling
+    if getattr(_local, "loading", False) and not _compiling:
+        with _progress:
+            _compiling = True  # large reads stop waiting: numpy's versions serve them while this compiles
+            _progress.notify_all()
 
 
 def _finish_compiling_at_exit() -> None:
@@ -186,7 +209,8 @@ def _wait_before_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _start_lock, _thread
+    global _progress, _start_lock, _thread
+    _progress = threading.Condition()
     _start_lock = threading.Lock()
     _thread = None  # the parent's thread had finished (see _wait_before_fork); loaded stays as it was
 

@@ -532,6 +532,20 @@ def test_large_request_ascending_rows(uneven, threads, assert_csr_equals):
     assert ds.tiles_decoded == 11 + 10 + 11
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_ascending_outputs_on_mappings_of_their_own(uneven, monkeypatch, threads, assert_csr_equals):
+    """Rows in ascending order into an output large enough to be mapped (deltacells._memory), which numpy
+    cannot resize: the output is cut to the rows' nonzeros by views (``resize`` raised ValueError)."""
+    from deltacells import _memory
+
+    monkeypatch.setattr(_memory, "MAPPED_MIN_BYTES", 64)  # every output mapped, as a read of millions of nonzeros
+    rows = np.unique(np.random.default_rng(threads).integers(0, 103, size=80))
+    ds = uneven.open(threads=threads, tile_cache_bytes=0)
+    got = ds.read_rows(rows)
+    assert _memory._block_of(got.indices) is not None
+    assert_csr_equals(got, uneven.dense[rows])
+
+
 ASCENDING_WITH_REPEATS = """
 import sys
 import numpy as np

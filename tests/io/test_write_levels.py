@@ -116,12 +116,22 @@ def test_gene_totals_names_bad_counts(value, match, fmt) -> None:
         gene_totals(matrix_source(ad.AnnData(X=X)), 16)
 
 
-def test_permute_columns_sorts_and_leaves_the_input() -> None:
+@pytest.mark.parametrize("compiled", [False, True], ids=["transpositions", "radix-kernel"])
+@pytest.mark.parametrize("columns_dtype", [np.int32, np.int64])
+def test_permute_columns_sorts_and_leaves_the_input(monkeypatch, compiled: bool, columns_dtype: type) -> None:
+    import deltacells.tiles._writer as tile_writer
+    from deltacells._kernel_loading import load_compiled_kernels
+
+    if compiled:
+        load_compiled_kernels()
+    monkeypatch.setattr(tile_writer, "kernels_loaded", lambda: compiled)
     rng = np.random.default_rng(5)
     dense = rng.poisson(0.1, size=(200, 300)) * rng.integers(1, 100_000, size=(200, 300))
+    dense[7] = rng.integers(1, 9, size=300)  # a full row, and empty ones
+    dense[8:11] = 0
     csr = to_count_csr(dense)
     before = csr.copy()
-    columns = rng.permutation(300).astype(np.int32)
+    columns = rng.permutation(300).astype(columns_dtype)
     got = permute_columns(csr, columns)
     expected = np.zeros_like(dense)
     expected[:, columns] = dense

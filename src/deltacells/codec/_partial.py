@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deltacells._kernel_loading import prepare_kernels
 from deltacells._memory import empty_pair
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec._decode import (
@@ -573,6 +574,7 @@ def decode_chunks(
     offsets = np.zeros(chunks.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     nnz = int(offsets[-1])
+    prepare_kernels(nnz)  # as decode_tile: the compiled kernels start loading, and a large decoding waits for them
     indices, data = empty_pair(nnz, np.int32, np.int32)
 
     # Cells of the chunks not decoded become empty rows; the others keep their lengths.

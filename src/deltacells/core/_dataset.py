@@ -12,7 +12,8 @@ from scipy import sparse
 
 from deltacells._checks import check_choice
 from deltacells._kernel_loading import prepare_kernels
-from deltacells._memory import empty
+from deltacells._memory import empty, populate
+from deltacells._threads import shared_pool
 from deltacells.codec import read_only
 from deltacells.core._dtypes import UNRECORDED_DTYPE, decoded_dtype
 from deltacells.core._indexing import expected_nnz, normalize_rows
@@ -377,12 +378,12 @@ class Dataset:
             decoded.data = decoded.data.astype(dtype)
             return decoded
         rows = normalize_rows(index, self.n_cells)
-        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         span = _as_range(rows)
         if span is not None and dtype in DIRECT_DTYPES:
-            matrix = self._read_range(*span, dtype)
+            matrix = self._read_range(*span, dtype)  # waits for the kernels once its output is allocated
             if matrix is not None:
                 return matrix
+        prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
         n_out = rows.shape[0]
@@ -522,7 +523,9 @@ class Dataset:
         if nnz >= 2**31:  # 64-bit indices (scipy's rule): the general path
             return None
         out_indptr = np.empty(stop - start + 1, dtype=np.int64)
-        out_indices, out_data = _empty_output(nnz, dtype)
+        out_indices, out_data = self._empty_output(nnz, dtype)
+        # While the decoding threads map the output's pages, the kernels load (in a fresh process).
+        prepare_kernels(nnz)
         self._fill_range(plan, dtype, out_indptr, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
 
@@ -652,7 +655,7 @@ class Dataset:
             loc = local[slots]
             lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
         out_indptr = _indptr_from_lengths(lengths)
-        out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
+        out_indices, out_data = self._empty_output(int(out_indptr[-1]), dtype)
         for k, tile in enumerate(tiles):
             slots = order[bounds[k] : bounds[k + 1]]
             self._copy_rows(
@@ -672,7 +675,7 @@ class Dataset:
     ) -> sparse.csr_matrix:
         """Rows in ascending order: stream the tiles, appending each one's rows to the output."""
         out_indptr = np.zeros(n_out + 1, dtype=np.int64)
-        out_indices, out_data = _empty_output(capacity, dtype)
+        out_indices, out_data = self._empty_output(capacity, dtype)
         for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
             self._warn_if_inexact(tile.inexact_in_float32, dtype)
             slots = order[bounds[k] : bounds[k + 1]]
@@ -682,9 +685,9 @@ class Dataset:
             out_indptr[first + 1 : first + 1 + slots.shape[0]] += out_indptr[first]
             self._copy_rows(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
         nnz = int(out_indptr[-1])
-        out_indices.resize(nnz, refcheck=False)
-        out_data.resize(nnz, refcheck=False)
-        return self._csr(out_data, out_indices, out_indptr)
+        # Views, not resize(): a large output is on a mapping of its own (deltacells._memory), which numpy cannot
+        # resize; the capacity is at most about twice the rows' nonzeros, so scipy keeps the views as they are.
+        return self._csr(out_data[:nnz], out_indices[:nnz], out_indptr)
 
     def _gather_compact(
         self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray, n_out: int, dtype: np.dtype
@@ -699,10 +702,22 @@ class Dataset:
             lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
             parts.append((slots, *_select_rows(tile, loc, dtype)))
         out_indptr = _indptr_from_lengths(lengths)
-        out_indices, out_data = _empty_output(int(out_indptr[-1]), dtype)
+        out_indices, out_data = self._empty_output(int(out_indptr[-1]), dtype)
         for slots, loc, src_indptr, src_indices, src_data in parts:
             self._copy_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
         return self._csr(out_data, out_indices, out_indptr)
+
+    def _empty_output(self, nnz: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """Output arrays (int32 indices unless the nonzeros need 64-bit offsets, scipy's rule), pages mapping.
+
+        The pages of new memory are mapped in bulk by the decoding threads (:func:`deltacells._memory.populate`),
+        ahead of the decoding, which then writes them without a fault each.
+        """
+        index_dtype = np.int32 if nnz < 2**31 else np.int64
+        arrays = empty(nnz, index_dtype), empty(nnz, dtype)
+        threads = self._tiles.n_threads
+        populate(arrays, shared_pool() if threads > 1 else None)
+        return arrays
 
     def _dropped(self, matrix: sparse.csr_matrix) -> sparse.csr_matrix:
         """A matrix read with the genes left out (:meth:`with_columns`) still in its rows, without them."""
@@ -810,12 +825,6 @@ def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:
     indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
     return indptr
-
-
-def _empty_output(nnz: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Output arrays: int32 indices unless the nonzeros need 64-bit offsets (scipy's rule)."""
-    index_dtype = np.int32 if nnz < 2**31 else np.int64
-    return empty(nnz, index_dtype), empty(nnz, dtype)
 
 
 def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, ...]:

@@ -11,7 +11,7 @@ import numpy as np
 from scipy import sparse
 
 from deltacells import _internals
-from deltacells._sparse import issparse
+from deltacells._sparse import csr_rows, issparse
 from deltacells.core import normalize_rows
 from deltacells.errors import InvalidValueError, UnknownKeyError
 
@@ -131,7 +131,9 @@ def is_dask(matrix: Any) -> bool:
 
 
 def _read_rows(matrix: Any, rows: np.ndarray | slice) -> Any:
-    """``matrix[rows]`` in memory, for every kind of matrix AnnData holds."""
+    """``matrix[rows]`` in memory, for every kind of matrix AnnData holds (a CSR's run of rows: views of it)."""
+    if isinstance(rows, slice) and issparse(matrix) and matrix.format == "csr" and rows.step in (None, 1):
+        return csr_rows(matrix, rows.start, rows.stop)  # the writer copies what it keeps (to_count_csr)
     if isinstance(rows, np.ndarray) and not isinstance(matrix, np.ndarray) and not issparse(matrix):
         # On-disk arrays (h5py, backed sparse) want increasing, unique indices: read those, then reorder.
         unique, inverse = np.unique(rows, return_inverse=True)

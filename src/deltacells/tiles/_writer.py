@@ -19,8 +19,10 @@ import numpy as np
 from scipy import sparse
 
 from deltacells._checks import check_integer
+from deltacells._kernel_loading import kernels_loaded
+from deltacells._sparse import csr_rows
 from deltacells._threads import default_threads
-from deltacells.codec import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, encode_tile, resolve_level
+from deltacells.codec import DEFAULT_LEVEL, DEFAULT_N_CHUNKS, Level, encode_tile, read_only, resolve_level, sort_rows
 from deltacells.errors import InvalidValueError
 from deltacells.format import tile_path
 from deltacells.tiles._counts import to_count_csr
@@ -376,9 +378,9 @@ class TileWriter:
             if head.shape[0] <= need:
                 taken.append(self._pending.pop(0))
                 need -= head.shape[0]
-            else:
-                taken.append(head[:need])
-                self._pending[0] = head[need:]
+            else:  # views: the blocks are the writer's own (prepare), never written
+                taken.append(csr_rows(head, 0, need))
+                self._pending[0] = csr_rows(head, need, head.shape[0])
                 need = 0
         self._pending_rows -= n_rows
         return taken[0] if len(taken) == 1 else sparse.vstack(taken, format="csr")
@@ -405,8 +407,11 @@ class TileWriter:
 def permute_columns(csr: sparse.csr_matrix, columns: np.ndarray) -> sparse.csr_matrix:
     """``csr`` with column ``j`` moved to ``columns[j]``, indices sorted within each row; ``csr`` is not changed.
 
-    Two transpositions sort the indices (each a counting sort, linear in the nonzeros): several times
-    faster than sorting every row (``sort_indices``), which took most of a conversion's time at fast levels.
+    Once numba's kernels are loaded (``deltacells._kernel_loading``; a large ``write_deltacells`` starts their
+    loading), each row's mapped columns are sorted by the decoder's radix sort (``sort_rows``), in cache.
+    Until then, two transpositions sort the indices (each a counting sort, linear in the nonzeros, but
+    scattered over the tile): several times faster than sorting every row (``sort_indices``), which took most
+    of a conversion's time at fast levels, and 2.5 times slower than the radix sort.
 
     Parameters
     ----------
@@ -420,5 +425,11 @@ def permute_columns(csr: sparse.csr_matrix, columns: np.ndarray) -> sparse.csr_m
     scipy.sparse.csr_matrix
         The same values, in the new columns, with sorted indices.
     """
+    if kernels_loaded() and csr.data.dtype == np.int32:  # (the signature the loading thread loads)
+        # A radix sort of each row, in cache: 6.6 ms a tile of 2,048 Visium cells, against 16.8 below.
+        indices, data = columns[csr.indices].astype(np.int32, copy=False), csr.data.copy()
+        indptr = read_only(csr.indptr.astype(np.int64, copy=False))
+        sort_rows(indptr, 0, csr.shape[0], 0, indices, data, int(columns.shape[0]))
+        return sparse.csr_matrix((data, indices, indptr), shape=csr.shape, copy=False)
     moved = sparse.csr_matrix((csr.data, columns[csr.indices], csr.indptr), shape=csr.shape, copy=False)
     return moved.tocsc().tocsr()
