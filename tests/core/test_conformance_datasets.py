@@ -57,7 +57,7 @@ def test_complete_gene_order_is_a_permutation(complete):
 
 
 def test_complete_reads_expected_x(complete, expected, assert_csr_equals):
-    assert_csr_equals(complete.read_rows(), expected)
+    assert_csr_equals(complete.read_rows(), expected, np.float32)  # no dtype recorded: float32
 
 
 def test_complete_reads_expected_x_int64_single_thread(expected, assert_csr_equals):
@@ -121,7 +121,7 @@ def test_broken_copies_raise_format_error(name, match, kind):
 def test_obs_shard_tampered_still_reads_x(expected, assert_csr_equals):
     # The tampered shard matters only once obs is localized (a later issue); X must be unaffected.
     ds = open_dataset(DATASETS / "obs_shard_tampered")
-    assert_csr_equals(ds.read_rows(), expected)
+    assert_csr_equals(ds.read_rows(), expected, np.float32)
 
 
 def test_complete_rows_read_past_the_cache(complete, expected, assert_csr_equals):
