@@ -1,10 +1,53 @@
-"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster; anndata's marks."""
+"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster; anndata's marks.
+
+And a guard on memory: a test (its setup or its call) that takes its test process, or a process it started and
+waited for, past :data:`MAX_PEAK_RSS_BYTES` of peak resident memory fails, named (``$DELTACELLS_TEST_MAX_RSS_GB``
+changes the bound; 0 turns the guard off). The suite runs on machines of a few GB a worker.
+"""
 
 from __future__ import annotations
 
+import os
+import resource
 from collections.abc import Iterator
 
 import pytest
+
+#: The peak resident memory a test may take its process (or a child it waited for) to: 4 GB by default.
+MAX_PEAK_RSS_BYTES = int(float(os.environ.get("DELTACELLS_TEST_MAX_RSS_GB", "4")) * 2**30)
+
+
+def _peaks() -> tuple[int, int]:
+    """Peak resident bytes of this process and of its largest waited-for child so far (Linux: KiB units)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return own * 1024, children * 1024
+
+
+def _guard_memory(item: pytest.Item, phase: str) -> Iterator[None]:
+    before = _peaks()
+    yield
+    if MAX_PEAK_RSS_BYTES <= 0:
+        return
+    for who, was, now in zip(("the test process", "a child process"), before, _peaks(), strict=True):
+        if was <= MAX_PEAK_RSS_BYTES < now:  # this test crossed the bound (the peak only grows)
+            msg = (
+                f"{item.nodeid} ({phase}) took {who}'s peak resident memory to {now / 2**30:.1f} GB, above the "
+                f"suite's bound of {MAX_PEAK_RSS_BYTES / 2**30:.1f} GB ($DELTACELLS_TEST_MAX_RSS_GB)"
+            )
+            pytest.fail(msg, pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Fail a test whose setup (its fixtures) crosses the memory bound."""
+    return (yield from _guard_memory(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Fail a test whose call crosses the memory bound."""
+    return (yield from _guard_memory(item, "call"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

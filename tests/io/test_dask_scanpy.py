@@ -98,17 +98,25 @@ def _scanpy_before(release: str) -> bool:
 #: The calls scanpy 1.11 makes on csr_array X, in memory as on dask blocks (it barely takes csr_array X).
 SCANPY_1_11_CSR_ARRAY = frozenset({"filter_cells", "filter_genes"})
 
+#: The calls that start with normalize_total, which on scanpy 1.11 with a csr_array X in memory allocates without
+#: bound (its (n, 1) sums broadcast against the sparse matrix: 2,000 x 500 cells took a process past 23 GB until the
+#: kernel killed it). Not run there: scanpy's limitation, which no assertion of ours could observe.
+SCANPY_1_11_CSR_ARRAY_UNBOUNDED = frozenset(
+    {"normalize_total", "hvg_seurat", "hvg_cell_ranger", "scale", "scale_zero_center_false", "pca"}
+)
+
 
 def _cases() -> list:
     cases = []
     for call in CALLS:
         cases.append(pytest.param(call, False, id=f"{call}-csr_matrix"))
-        marks = ()
-        if _scanpy_before("1.12") and call not in SCANPY_1_11_CSR_ARRAY:
+        marks: tuple | pytest.MarkDecorator = ()
+        if _scanpy_before("1.12") and call in SCANPY_1_11_CSR_ARRAY_UNBOUNDED:
+            marks = pytest.mark.skip(reason="scanpy 1.11's normalize_total on a csr_array X allocates without bound")
+        elif _scanpy_before("1.12") and call not in SCANPY_1_11_CSR_ARRAY:
             marks = pytest.mark.xfail(
-                # Not dask's nor deltacells' doing: in memory, normalize_total, log1p, hvg, scale and pca raise
-                # ("Data matrix has wrong shape (n, 1)"); on the dask X calculate_qc_metrics raises "setting an
-                # array element with a sequence", scale does not warn that it densifies, pca wants dask_ml.
+                # Not dask's nor deltacells' doing: in memory, log1p raises ("return arrays must be of ArrayType")
+                # and calculate_qc_metrics ("setting an array element with a sequence"), as on the dask X.
                 raises=(TypeError, ValueError, NotImplementedError, ImportError, pytest.fail.Exception),
                 reason="scanpy 1.11 does not support csr_array X (dask blocks or in memory)",
                 strict=True,
@@ -124,8 +132,8 @@ def test_scanpy_call_on_dask_x(path, tmp_path, call, sparse_array):
         memory = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache").to_memory()
     cls = sparse.csr_array if sparse_array else sparse.csr_matrix
     assert isinstance(adata.X, da.Array) and isinstance(adata.X._meta, cls) and type(memory.X) is cls
-    CALLS[call](adata)
     CALLS[call](memory)
+    CALLS[call](adata)
 
     assert isinstance(adata.X, da.Array)  # X stays a dask array
     assert adata.shape == memory.shape
