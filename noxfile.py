@@ -63,6 +63,17 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "auto", *session.posargs)
 
 
+@nox.session(python=PYTHONS[0])
+def tests_slow(session: nox.Session) -> None:
+    """Run the tests marked ``slow`` alone (writers killed mid-write, fuzzing, pages of the docs pasted whole...).
+
+    The README's test command leaves them out (``-m "not slow"``: about 5 minutes on 2 cores); they take about 5
+    more, and are not specific to a Python version. CI runs both.
+    """
+    session.install("-e.", *nox.project.dependency_groups(PROJECT, "test"))
+    session.run("pytest", "-n", "auto", "-m", "slow", *session.posargs)
+
+
 #: The least share of ``src/deltacells``'s statements the test suite must run (``nox -s coverage``): the figure
 #: measured when the session was added, rounded down, so that a change that leaves code untested fails.
 COVERAGE_MIN = 92

@@ -18,6 +18,7 @@ __all__ = [
     "DeltaCellsError",
     "DeltaCellsWarning",
     "DemoMismatchError",
+    "DiskFullError",
     "FormatError",
     "InternalChangedError",
     "InvalidTypeError",
@@ -163,6 +164,10 @@ class StorageAccessError(StorageError, PermissionError):
 
 class StorageTimeoutError(StorageError, TimeoutError):
     """An object request got no answer in time, every attempt; names the object's URL and the timeout."""
+
+
+class DiskFullError(StorageError):
+    """A write ran out of space (``errno.ENOSPC``); names the dataset and says what it left (never a torn dataset)."""
 
 
 class DeltaCellsWarning(UserWarning):

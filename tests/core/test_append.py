@@ -3,8 +3,8 @@
 Appends of 1, tile_size - 1, tile_size and many tiles' worth of cells, to a dataset whose last tile is partial
 or full, with obs (categories that grow, numbers, strings, booleans) and without obs columns; genes in another
 order; per-cell elements (obsm, obsp block-diagonally); the errors for cells that do not fit; a commit left
-pending by a killed writer, read as the new version and finished by the next; and a reader that opened the old
-version, which gets a located error instead of cells of two versions.
+pending by a killed writer, read as the new version and finished by the next (readers that opened the old
+version: ``tests/storage/test_readers_during_appends.py``).
 """
 
 from __future__ import annotations
@@ -215,18 +215,6 @@ def test_a_pending_commit_reads_as_the_new_version_and_is_finished_next(
     assert json.loads((path / MANIFEST_NAME).read_text())["metadata"]["deltacells"]["commit"]["version"] == 2
 
 
-def test_a_reader_of_the_old_version_gets_a_located_error(tmp_path: Path) -> None:
-    path = tmp_path / "ds"
-    first = batch(20, 0, seed=1)
-    deltacells.write_deltacells(first, path, tile_size=TILE, progress=False)
-    old = deltacells.read_deltacells(path, tile_cache_bytes=0)
-    np.testing.assert_array_equal(old.X[np.arange(16)].toarray(), first.X[:16].toarray())
-    deltacells.write_deltacells(batch(9, 20, seed=2), path, append=True, progress=False)
-    np.testing.assert_array_equal(old.X[np.arange(16)].toarray(), first.X[:16].toarray())  # unchanged tiles
-    with pytest.raises(FormatError, match=r"tile_000001\.dct.*open it again"):
-        old.X[np.arange(20)]
-
-
 def _renamed(adata: ad.AnnData, name: str) -> ad.AnnData:
     adata.obs_names = [name, *adata.obs_names[1:]]
     return adata
@@ -245,3 +233,30 @@ def _with(adata: ad.AnnData, column: str, values: object) -> ad.AnnData:
 def _with_obsm(adata: ad.AnnData) -> ad.AnnData:
     adata.obsm["X_new"] = np.zeros((adata.n_obs, 2))
     return adata
+
+
+def test_an_append_of_no_cell_commits_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ds"
+    first = batch(20, 0, seed=1)
+    deltacells.write_deltacells(first, path, tile_size=TILE, progress=False)
+    before = (path / MANIFEST_NAME).read_bytes()
+    deltacells.write_deltacells(batch(5, 20, seed=2)[:0], path, append=True, progress=False)
+    assert (path / MANIFEST_NAME).read_bytes() == before  # no new version
+    assert not [p for p in path.iterdir() if p.name.startswith(APPEND_PREFIX)]
+    assert_same_cells(path, first)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_an_append_to_a_damaged_dataset_is_refused_and_writes_nothing(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "ds"
+    deltacells.write_deltacells(batch(40, 0, seed=1), path, tile_size=TILE, progress=False)
+    first_tile = path / "tiles" / "tile_000000.dct"
+    if damage == "truncated":
+        first_tile.write_bytes(first_tile.read_bytes()[:100])
+    else:
+        first_tile.unlink()
+    before = (path / MANIFEST_NAME).read_bytes()
+    with pytest.raises(FormatError, match=r"damaged dataset: tiles/tile_000000\.dct.*deltacells validate"):
+        deltacells.write_deltacells(batch(5, 40, seed=2), path, append=True, progress=False)
+    assert (path / MANIFEST_NAME).read_bytes() == before
+    assert not [p for p in path.iterdir() if p.name.startswith(APPEND_PREFIX)]

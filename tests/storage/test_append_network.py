@@ -23,7 +23,7 @@ from tests.servers.appenders import append_batch, batch
 import deltacells
 from deltacells.core import _append as append_module
 from deltacells.core._commit import read_for_commit, roll_forward
-from deltacells.errors import CommitConflictError
+from deltacells.errors import CommitConflictError, StorageError
 from deltacells.format import tile_path
 from deltacells.storage import BaseStore, FsspecStore, ObstoreStore
 from deltacells.validate import validate_dataset
@@ -297,3 +297,32 @@ def _assert_holds(
     assert got.obs["writer"].astype(str).tolist() == expected.obs["writer"].astype(str).tolist()
     if obsm:
         np.testing.assert_array_equal(got.obsm["X_emb"], expected.obsm["X_emb"])
+
+
+class IgnoresConditions(FsspecStore):
+    """An S3 client whose conditional writes are plain writes: a server that ignores If-None-Match / If-Match."""
+
+    def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
+        self.write(path, data)
+        return "ignored"
+
+
+def test_an_append_refuses_a_server_that_ignores_conditional_writes(s3_bucket: S3Bucket) -> None:
+    url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
+    deltacells.write_deltacells(batch(0, BASE), url, tile_size=TILE, progress=False, storage_options=options)
+    store = IgnoresConditions(url, options)
+    with pytest.raises(StorageError, match=r"ds: the server accepted a write.*single_writer=True"):
+        deltacells.write_deltacells(batch(1001, 5), store, append=True, progress=False)
+    assert not [e for e in FsspecStore(url, options).list() if e.startswith(".deltacells")]  # the probe removed
+    _assert_holds(url, options, [0], [BASE])  # unchanged
+    deltacells.write_deltacells(batch(1001, 5), store, append=True, progress=False, single_writer=True)
+    _assert_holds(url, options, [0, 1001], [BASE, 5])
+
+
+def test_an_append_refuses_a_store_that_cannot_write_conditionally(tmp_path: Path) -> None:
+    url = f"memory://{tmp_path.name}/ds"  # fsspec's memory filesystem: compare-and-write is not atomic there
+    deltacells.write_deltacells(batch(0, BASE), url, tile_size=TILE, progress=False)
+    with pytest.raises(StorageError, match=r"cannot write conditionally in one atomic step.*single_writer=True"):
+        deltacells.write_deltacells(batch(1001, 5), url, append=True, progress=False)
+    deltacells.write_deltacells(batch(1001, 5), url, append=True, progress=False, single_writer=True)
+    assert deltacells.read_deltacells(url).n_obs == BASE + 5

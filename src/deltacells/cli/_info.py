@@ -13,7 +13,6 @@ import click
 from deltacells.cli._errors import CLIError, error_message
 from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import detect_format
-from deltacells.cli._listed import listed_objects_problems, sizes_checked
 from deltacells.cli._options import parse_storage_options, storage_option
 from deltacells.errors import DatasetNotFoundError, FormatError
 from deltacells.format import (
@@ -65,7 +64,7 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
           another size, as ``[{"object", "message"}]`` (empty: none); ``sizes_checked``: whether sizes were
           compared (on a local disk).
     """
-    from deltacells.core import open_dataset, sidecar_bytes
+    from deltacells.core import listed_objects_problems, open_dataset, sidecar_bytes, sizes_checked
 
     dataset = open_dataset(path, storage_options=storage_options)
     m = dataset.manifest
@@ -99,8 +98,8 @@ def dataset_info(path: str | os.PathLike[str], *, storage_options: dict[str, Any
         "obs": _obs_info(dataset),
         "anndata": _extras_info(dataset),
         "metadata": m.metadata,
-        "problems": [{"object": p.object, "message": p.message} for p in listed_objects_problems(dataset)],
-        "sizes_checked": sizes_checked(dataset),
+        "problems": [{"object": p.object, "message": p.message} for p in listed_objects_problems(dataset.store, m)],
+        "sizes_checked": sizes_checked(dataset.store),
     }
 
 

@@ -9,7 +9,9 @@ from deltacells.core._collection import Collection
 from deltacells.core._commit import PendingCommitStore
 from deltacells.core._dataset import Dataset
 from deltacells.core._dtypes import UNRECORDED_DTYPE, promoted_dtype
+from deltacells.core._follow import STALE_ERRORS, manifest_changed
 from deltacells.core._indexing import normalize_rows
+from deltacells.core._listed import listed_objects_problems, sizes_checked
 from deltacells.core._open import open_dataset
 from deltacells.core._output import check_output, holds_dataset
 from deltacells.core._sizes import sidecar_bytes
@@ -34,8 +36,13 @@ __all__ = [
     "append_cells",
     "check_output",
     "holds_dataset",
-    # reading a dataset whose append is pending (its commit not rolled forward yet)
+    # the tiles and obs shards a manifest lists, there (and of their sizes, on a local disk)
+    "listed_objects_problems",
+    "sizes_checked",
+    # reading a dataset whose append is pending (its commit not rolled forward yet); one appended to since opened
     "PendingCommitStore",
+    "STALE_ERRORS",
+    "manifest_changed",
 ]
 
 #: Names whose module importing the package does not load (appends): it loads on first use.

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deltacells.core._commit import (
+    check_conditional_writes,
     read_for_commit,
     reading_store,
     roll_forward,
     with_commit,
     writer_lock,
 )
+from deltacells.core._listed import listed_objects_problems
 from deltacells.core._output import remove_stale_staging
 from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
 from deltacells.format import (
@@ -84,6 +86,7 @@ def append_cells(
     threads: int | None = None,
     commit_retries: int = DEFAULT_COMMIT_RETRIES,
     progress: Callable[[int], None] | None = None,
+    single_writer: bool = False,
 ) -> Manifest:
     """Append cells to the dataset at ``store`` and commit them; retry after a lost commit.
 
@@ -100,6 +103,9 @@ def append_cells(
         random, growing delay, re-reads the dataset and writes the append again.
     progress
         Called with the number of rows written, as they are.
+    single_writer
+        Only one process ever appends to the dataset: skip the proof that an object store honours conditional
+        writes (``check_conditional_writes``).
 
     Returns
     -------
@@ -110,9 +116,13 @@ def append_cells(
     ------
     CommitConflictError
         If every attempt lost its commit to another writer; the dataset holds their cells, none of these.
+    StorageError
+        If the store's server does not honour conditional writes (and not ``single_writer``); nothing is changed.
     ValueError, TypeError
         For cells that do not fit the dataset (naming what differs); nothing is changed.
     """
+    if not single_writer:
+        check_conditional_writes(store)
     attempt = 0
     while True:
         try:
@@ -147,6 +157,9 @@ def _append_once(
     if base.has_obs and request.obs is None:
         msg = "the dataset has obs: the new cells need theirs"
         raise InvalidValueError(msg)
+    if request.n_cells == 0:  # nothing to add: no new version (a commit would only rewrite the manifest)
+        return base
+    _check_listed_objects(store, base)
 
     staging = f"{APPEND_PREFIX}{uuid.uuid4().hex}"
     target = PrefixStore(store, staging)
@@ -176,6 +189,24 @@ def _append_once(
         raise
     roll_forward(store, pending, written, replace(new_commit, objects=tuple(objects)))
     return with_commit(manifest, new_commit.done())
+
+
+def _check_listed_objects(store: BaseStore, base: Manifest) -> None:
+    """Refuse to grow a dataset whose listed tiles or obs shards are missing or (on a local disk) resized.
+
+    An append reads only the last tile and the obs shards it rewrites (checked whole as they are read); what it
+    relies on of the others is that they are there as the manifest lists them: one listing of ``tiles/`` and
+    of ``obs/`` (and a ``stat`` each on a local disk). Their contents are ``deltacells validate``'s to check.
+    """
+    problems = listed_objects_problems(store, base)
+    if problems:
+        shown = "; ".join(f"{p.object}: {p.message}" for p in problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        msg = (
+            f"{store.url}: not appending to a damaged dataset: {shown}{more}; nothing was written. "
+            "Run `deltacells validate` on it"
+        )
+        raise FormatError(msg)
 
 
 def _stage(

@@ -81,7 +81,7 @@ class Collection:
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype reads give by default: the members' dtypes promoted, as :func:`anndata.concat` would."""
+        """The dtype reads give by default, the members' dtypes promoted as :func:`anndata.concat` would."""
         return promoted_dtype(member.dtype for member in self.members)
 
     @property
@@ -112,7 +112,7 @@ class Collection:
         return members, cells - self.offsets[members]
 
     def read_rows(self, index: Any = slice(None), *, dtype: DTypeLike | None = None) -> sparse.csr_matrix:
-        """Read the cells selected by ``index`` as a CSR matrix, in the requested order (default dtype: :attr:`dtype`).
+        """Read the cells selected by ``index`` as a CSR matrix, in the requested order (default dtype: ``dtype``).
 
         As :meth:`~deltacells.Dataset.read_rows`, in each member holding some of the cells. A range of cells (a slice of
         step 1) reads each member's range by its fast path of whole tiles.

@@ -25,9 +25,10 @@ The protocol (docs/format.md, decision 17; the architecture page draws it):
    (again conditionally: if someone finished it first, nothing is lost). A writer killed in steps 3-4
    leaves a pending manifest, which reads as the new version and which the next writer finishes.
 
-Readers that opened the old version and read the completed last tile or the rewritten obs shard after step
-4 find a size or a hash that differs from their manifest and get a :class:`~deltacells.FormatError` naming
-the object and saying to open the dataset again; they never decode cells of two versions together.
+Readers that opened the old version and read the completed last tile after step 4 find a size or cells that
+differ from their manifest; they read the new version of that tile, keep the cells they knew and go on
+(``deltacells.core._follow``); they never decode cells of two versions together. Before its first commit to
+an object store a writer proves the server honours conditional writes (``check_conditional_writes``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from deltacells.errors import CommitConflictError, MissingObjectError
+from deltacells.errors import CommitConflictError, MissingObjectError, StorageError
 from deltacells.format import (
     EXTRAS_NAME,
     LOCK_NAME,
@@ -54,6 +55,7 @@ from deltacells.storage import BaseStore, fsync_path
 
 __all__ = [
     "PendingCommitStore",
+    "check_conditional_writes",
     "commit_entry",
     "read_for_commit",
     "reading_store",
@@ -87,6 +89,54 @@ def writer_lock(store: BaseStore, *, timeout: float = -1) -> Iterator[None]:
     os.makedirs(os.path.dirname(local), exist_ok=True)
     with FileLock(local, timeout=timeout):
         yield
+
+
+#: Stores (by URL) whose server was seen to refuse a conditional write it must refuse, in this process.
+_PROVEN: set[str] = set()
+
+#: Where the probe of :func:`check_conditional_writes` writes, under the dataset's root (then removes it).
+PROBE_PREFIX = ".deltacells-probe-"
+
+
+def check_conditional_writes(store: BaseStore) -> None:
+    """Before a first commit to an object store: prove that its server honours conditional writes.
+
+    Concurrent appenders are safe only if the commit's conditional write is refused when another writer
+    committed first. Some servers ignore ``If-None-Match`` / ``If-Match`` (stock moto, some S3-compatible
+    stores) and would let two appenders both win. The probe writes an object that must not exist
+    (``If-None-Match: *``), writes it again the same way, and expects the second to be refused; then removes it.
+    Proven once per store and process. A local disk needs no proof (a lock file serialises the writers).
+
+    Raises
+    ------
+    StorageError
+        If the store cannot compare and write atomically, or its server accepted a write it had to refuse: the
+        message names the store, and says to pass ``single_writer=True`` if only one process ever appends.
+    """
+    if store.is_local or store.url in _PROVEN:
+        return
+    advice = (
+        "concurrent appenders could both win and lose cells. If only one process ever appends to this dataset, "
+        "pass single_writer=True"
+    )
+    if not store.atomic_conditional_writes:
+        msg = f"{store.url}: this store cannot write conditionally in one atomic step; {advice}"
+        raise StorageError(msg)
+    import uuid
+
+    probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        store.write_if(probe, b"1", version=None)
+        try:
+            store.write_if(probe, b"2", version=None)  # must be refused: the object exists
+        except CommitConflictError:
+            _PROVEN.add(store.url)
+            return
+    finally:
+        with contextlib.suppress(OSError):
+            store.delete(probe)
+    msg = f"{store.url}: the server accepted a write made only if the object was absent, over one that exists; {advice}"
+    raise StorageError(msg)
 
 
 def commit_entry(manifest: Manifest, url: str = "") -> Commit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -16,6 +16,7 @@ from deltacells._memory import empty, populate
 from deltacells._threads import shared_pool
 from deltacells.codec import read_only
 from deltacells.core._dtypes import UNRECORDED_DTYPE, decoded_dtype
+from deltacells.core._follow import STALE_ERRORS, follow_append, retried_after_appends
 from deltacells.core._indexing import expected_nnz, normalize_rows
 from deltacells.core._sidecars import read_gene_order, read_var_names, read_var_table
 from deltacells.errors import InvalidValueError, warn
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from deltacells.storage import BaseStore
 
 __all__ = ["Dataset"]
+
+T = TypeVar("T")
 
 
 class Dataset:
@@ -191,7 +194,7 @@ class Dataset:
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype reads give unless asked for another: the counts' as written, float32 if the dataset records none.
+        """The dtype reads give unless asked for another (the counts' as written, float32 if none is recorded).
 
         docs/format.md, decision 9: the writer records the dtype of the counts it was given in the manifest's
         ``metadata`` (:attr:`recorded_dtype`).
@@ -295,9 +298,10 @@ class Dataset:
             from deltacells.tiles import kept_chunk_starts, read_chunk_starts
 
             if cache_dir is None:
-                starts = read_chunk_starts(self._tiles)
+                starts = self._surviving_appends(lambda: read_chunk_starts(self._tiles))
             else:
-                starts = kept_chunk_starts(self._tiles, Path(cache_dir).expanduser().absolute())
+                kept = Path(cache_dir).expanduser().absolute()
+                starts = self._surviving_appends(lambda: kept_chunk_starts(self._tiles, kept))
             starts.flags.writeable = False
             self._chunk_starts = starts
         return starts
@@ -326,7 +330,7 @@ class Dataset:
         FormatError
             If the tile breaks a rule of the format or disagrees with the manifest.
         """
-        return self._tiles.get(tile).copy()
+        return self._surviving_appends(lambda: self._tiles.get(tile)).copy()
 
     def iter_tiles(
         self, tiles: np.ndarray | list[int] | None = None, *, decode_ahead: int | None = None, batch: int | None = None
@@ -337,7 +341,25 @@ class Dataset:
         ones). At most ``decode_ahead`` decoded tiles (default: twice the threads; ``batch`` is its deprecated
         name) are held beyond the cache at any time, so a loop over a whole dataset runs in flat memory.
         """
-        return self._tiles.iter_tiles(tiles, decode_ahead=decode_ahead, batch=batch)
+        order = np.arange(self.n_tiles) if tiles is None else np.asarray(tiles, dtype=np.int64)
+        held = self._tiles.holds_in_memory(self.n_tiles - 1)
+        done = 0
+        try:
+            for index, tile in self._tiles.iter_tiles(order, decode_ahead=decode_ahead, batch=batch):
+                yield index, tile
+                done += 1
+        except STALE_ERRORS:
+            if held or not follow_append(self._tiles, self.manifest):
+                raise
+            yield from self._tiles.iter_tiles(order[done:], decode_ahead=decode_ahead, batch=batch)
+
+    def _surviving_appends(self, read: Callable[[], T]) -> T:
+        """``read()``, tried again if an append since the dataset was opened explains its failure.
+
+        An append rewrites the last tile when it was partial; the reader then keeps its own version of that
+        tile in memory and goes on (``deltacells.core._follow``), with the same answers for the cells it knew.
+        """
+        return retried_after_appends(read, self._tiles, self.manifest)
 
     # ------------------------------------------------------------------ rows
 
@@ -372,9 +394,13 @@ class Dataset:
         atlas of a few nonzeros a cell) are read, checked and decoded in groups of consecutive ones, a task
         of the decoding threads each, so that such a read costs its nonzeros rather than its tiles.
         """
+        return self._surviving_appends(lambda: self._read_rows(index, dtype))
+
+    def _read_rows(self, index: Any, dtype: DTypeLike | None) -> sparse.csr_matrix:
+        """:meth:`read_rows`, once."""
         dtype = self.dtype if dtype is None else np.dtype(dtype)
         if decoded_dtype(dtype) != dtype:  # decoded in one of the decoders' dtypes, then cast
-            decoded = self.read_rows(index, dtype=decoded_dtype(dtype))
+            decoded = self._read_rows(index, decoded_dtype(dtype))
             decoded.data = decoded.data.astype(dtype)
             return decoded
         rows = normalize_rows(index, self.n_cells)
@@ -487,10 +513,15 @@ class Dataset:
         dtype = self.dtype if dtype is None else np.dtype(dtype)
         decoded = decoded_dtype(dtype)
         sort_columns = sort_columns or self.drops_genes  # the genes left out are found at the end of sorted rows
-        matrices, large = read_rows_by_chunk(
-            self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts, threads=threads,
-            fetched=fetched, n_columns=self.n_genes,
-        )  # fmt: skip
+        given = [fetched]  # the fetches of a first try; a second (after an append) reads the tiles again
+
+        def read() -> tuple[list[sparse.csr_matrix], bool]:
+            return read_rows_by_chunk(
+                self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts,
+                threads=threads, fetched=given.pop() if given else None, n_columns=self.n_genes,
+            )  # fmt: skip
+
+        matrices, large = self._surviving_appends(read)
         self._warn_if_inexact(large, dtype)
         sorted_rows = self._columns is None or sort_columns
         if self.drops_genes:
@@ -558,7 +589,13 @@ class Dataset:
             msg = f"the output holds {out_indices.shape[0]} nonzeros and {out_indptr.shape[0]} row pointers, not enough"
             raise InvalidValueError(msg)
         out_indices, out_data = out_indices[:nnz], out_data[:nnz]
-        self._fill_range(plan, np.dtype(dtype), out_indptr, out_indices, out_data)
+        try:
+            self._fill_range(plan, np.dtype(dtype), out_indptr, out_indices, out_data)
+        except STALE_ERRORS:  # an append rewrote the last tile: planned again (the plan holds a read under way)
+            held = self._tiles.holds_in_memory(self.n_tiles - 1)
+            if held or not follow_append(self._tiles, self.manifest):
+                raise
+            self._fill_range(self._range_plan(start, stop), np.dtype(dtype), out_indptr, out_indices, out_data)
         return self._finish_rows(out_data, out_indices, out_indptr, sorted_already=True)
 
     def _range_plan(self, start: int, stop: int) -> tuple[Any, ...]:

@@ -42,6 +42,7 @@ def append_anndata(
     obsp: str,
     threads: int | None,
     commit_retries: int,
+    single_writer: bool = False,
     bar: Any,
 ) -> Manifest:
     """Append ``adata``'s cells (the counts of ``source``) to the dataset at ``store``; see ``write_deltacells``.
@@ -86,7 +87,9 @@ def append_anndata(
         obs=obs if dataset.manifest.has_obs else None,
         extras=extras_writer,
     )
-    return append_cells(store, request, threads=threads, commit_retries=commit_retries, progress=bar.update)
+    return append_cells(
+        store, request, threads=threads, commit_retries=commit_retries, progress=bar.update, single_writer=single_writer
+    )
 
 
 def check_counts_fit(block: Any, dtype: np.dtype, url: str) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from deltacells._checks import is_bool
 from deltacells._kernel_loading import prepare_kernels
-from deltacells.core import Collection, Dataset, open_dataset
+from deltacells.core import STALE_ERRORS, Collection, Dataset, manifest_changed, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._anndata_hooks import register_anndata_io
 from deltacells.io._assemble import anndata_parts, counts_location_in, counts_of, obsm_frames_named
@@ -39,6 +39,9 @@ __all__ = ["read_deltacells", "read_obs", "read_var", "restore_gene_order"]
 
 #: Datasets with more cells than this get a lazy obs by default (``lazy_obs=None``): see :func:`read_deltacells`.
 LAZY_OBS_MIN_CELLS = 1_000_000
+
+#: Times :func:`read_deltacells` opens a dataset again when appends land while it reads obs, var and the extras.
+OPEN_ATTEMPTS = 8
 
 
 def read_deltacells(
@@ -200,13 +203,42 @@ def read_deltacells(
         joined = with_read_options(TiledCSRDataset(collection, dtype), options)
         with ad.settings.override(check_uniqueness=isinstance(obs, pd.DataFrame)):  # a lazy obs: a RangeIndex
             return ad.AnnData(X=joined if chunks is None else joined.to_dask(chunks), obs=obs, var=var)
-    stored = open_dataset(
-        cast("str | os.PathLike[str]", path),  # a list or tuple is a collection (above); no other sequence is a path
-        storage_options=storage_options,
-        tile_cache_bytes=tile_cache_bytes,
-        threads=threads,
-        io_concurrency=io_concurrency,
-    )
+    attempt = 0
+    while True:
+        attempt += 1
+        # cast: a list or tuple is a collection (above); no other sequence is a path
+        stored = open_dataset(
+            cast("str | os.PathLike[str]", path), storage_options=storage_options, tile_cache_bytes=tile_cache_bytes,
+            threads=threads, io_concurrency=io_concurrency,
+        )  # fmt: skip
+        try:
+            return _read_dataset(
+                stored, dtype=dtype, chunks=chunks, gene_order=gene_order, extras=extras, lazy_obs=lazy_obs,
+                obs_columns=obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify_obs=verify_obs,
+            )  # fmt: skip
+        except STALE_ERRORS:
+            # An append landed while obs, var or the extras were read (objects of the new version beside the
+            # old manifest): open the new version. Any other error stands.
+            if attempt == OPEN_ATTEMPTS or not manifest_changed(stored.store, stored.manifest):
+                raise
+
+
+def _read_dataset(
+    stored: Dataset,
+    *,
+    dtype: DTypeLike | None,
+    chunks: Any,
+    gene_order: Literal["original", "stored"],
+    extras: bool,
+    lazy_obs: bool | None,
+    obs_columns: Sequence[str] | None,
+    obs_names: bool,
+    cache_dir: str | os.PathLike[str] | None,
+    verify_obs: bool,
+) -> ad.AnnData:
+    """:func:`read_deltacells` of one dataset, opened."""
+    import anndata as ad
+
     dataset = stored.with_gene_order(gene_order)
     X = with_read_options(TiledCSRDataset(dataset, dtype), ReadOptions(_cache_dir_text(cache_dir)))
     if chunks is not None:

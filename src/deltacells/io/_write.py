@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,7 +15,7 @@ from deltacells._checks import check_names
 from deltacells._kernel_loading import prepare_kernels
 from deltacells.codec import Level, resolve_level
 from deltacells.core import DatasetWriter, check_output, holds_dataset
-from deltacells.errors import InvalidValueError, UnknownKeyError, warn
+from deltacells.errors import DiskFullError, InvalidValueError, UnknownKeyError, warn
 from deltacells.io._dask_write import dask_gene_totals, dask_matrix, store_dask_tiles
 from deltacells.io._extras import collect_extras, write_extras
 from deltacells.io._sources import MatrixSource, is_dask, matrix_source, view_parts
@@ -55,6 +57,7 @@ def write_deltacells(
     append: bool = False,
     obsp: str = "refuse",
     commit_retries: int = 10,
+    single_writer: bool = False,
 ) -> None:
     """Write an AnnData's raw counts as a deltacells dataset, with everything else the AnnData holds.
 
@@ -133,6 +136,11 @@ def write_deltacells(
         With ``append=True``, how many times an append that another writer beat to the commit starts again
         (re-reading the dataset) before raising :class:`~deltacells.errors.CommitConflictError`; 0 raises at
         once.
+    single_writer
+        With ``append=True`` on object storage: only one process ever appends to this dataset, so the append
+        need not first prove that the server honours conditional writes (an object written ``If-None-Match: *``
+        twice must be refused the second time; stock moto and some S3-compatible stores accept it, which would
+        let concurrent appenders both win). Without it such a store is refused.
 
     Raises
     ------
@@ -146,6 +154,9 @@ def write_deltacells(
         For an element anndata's writer cannot store (naming it), before any tile is written.
     CommitConflictError
         With ``append=True``, if other writers committed first ``commit_retries + 1`` times.
+    StorageError
+        With ``append=True``, if the object store does not honour conditional writes and ``single_writer`` is
+        false; nothing is changed.
     """
     level = resolve_level(level)
     if append and overwrite:
@@ -170,10 +181,12 @@ def write_deltacells(
         bar = _progress_bar(source.n_rows, enabled=progress)
         bar.set_description("append")
         try:
-            append_anndata(
-                adata, store, source=source, obs=obs, var=var, counts=counts, elements=elements if extras else None,
-                block_rows=max(tile_size, 4096), obsp=obsp, threads=threads, commit_retries=commit_retries, bar=bar,
-            )  # fmt: skip
+            with _disk_full_explained(store.url, append=True):
+                append_anndata(
+                    adata, store, source=source, obs=obs, var=var, counts=counts,
+                    elements=elements if extras else None, block_rows=max(tile_size, 4096), obsp=obsp,
+                    threads=threads, commit_retries=commit_retries, bar=bar, single_writer=single_writer,
+                )  # fmt: skip
         finally:
             bar.close()
         return
@@ -216,7 +229,7 @@ def write_deltacells(
             threads=threads,
             counts_dtype=getattr(source.matrix, "dtype", None),  # read back in it (docs/format.md, decision 9)
         )
-        with writer:
+        with _disk_full_explained(store.url, append=False), writer:
             if elements:  # before any tile: an element anndata cannot write fails the conversion now
                 stored = write_extras(writer.tile_store, counts, elements)
                 writer.metadata = _with_extras(writer.metadata, stored.to_dict())
@@ -230,6 +243,30 @@ def write_deltacells(
                 _write_blocks(writer, source, block_rows, bar)
     finally:
         bar.close()
+
+
+@contextlib.contextmanager
+def _disk_full_explained(url: str, *, append: bool) -> Iterator[None]:
+    """Raise :class:`~deltacells.errors.DiskFullError` for a write that ran out of space, naming what it left.
+
+    The writer has already cleaned up when this sees the error: an append removed what it staged and never
+    committed (the dataset is the old version, whole); a new dataset has no ``manifest.json`` (nothing is left
+    that looks complete, and what was written is removed; an overwritten dataset stays as it was).
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC or isinstance(exc, DiskFullError):
+            raise
+        left = (
+            "the dataset is unchanged (the append was not committed; what it had staged is removed)"
+            if append
+            else "no dataset was written (no manifest.json; what was written is removed, a dataset overwritten "
+            "stays as it was)"
+        )
+        where = f" ({exc.filename})" if exc.filename else ""
+        msg = f"{url}: no space left on the device{where}; {left}. Free some space and run again"
+        raise DiskFullError(errno.ENOSPC, msg) from exc
 
 
 def gene_totals(source: MatrixSource, block_rows: int, bar: Any = None) -> np.ndarray:

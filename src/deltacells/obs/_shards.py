@@ -276,10 +276,11 @@ def _footer_need(store: BaseStore, fetched: FetchedShard, start: int, tail: byte
     """Where the shard's footer starts, from the tail read at ``start`` (a FormatError if it makes no sense)."""
     size = fetched.size
     if start + len(tail) != size:
-        if start + len(tail) > size:
-            got = f"more than {size}"
-        else:
-            got = f"{start + len(tail)}" if tail or not start else f"at most {start}"
+        # The read's end says only that the object differs: its size, asked for (on this error path alone), says how.
+        try:
+            got = f"{store.size(fetched.name)}"
+        except (OSError, ValueError):
+            got = f"more than {size}" if start + len(tail) > size else f"{start + len(tail)}"
         problem = Problem(
             fetched.name,
             f"size is {got} bytes but {MANIFEST_NAME} field obs_shard_bytes[{fetched.shard}] says {size}; the shard "

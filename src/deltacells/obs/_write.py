@@ -52,7 +52,7 @@ class ObsWriteResult:
         The schema written to ``obs/schema.json``.
     names_unique
         Whether the stored obs names (column ``_index``) are all different: what the manifest's metadata
-        says for readers (:func:`deltacells.format.with_obs_names_unique`), so that they need not check.
+        says for readers (``deltacells.format.with_obs_names_unique``), so that they need not check.
     """
 
     obs_tiles_per_file: int

@@ -3,7 +3,8 @@
 :class:`BaseStore` is the interface (ranged and concurrent reads, atomic writes, listing, deletion,
 moves), :class:`FsspecStore` implements it for any fsspec URL, :class:`ObstoreStore` through obstore for
 ``s3://``, ``gs://`` and ``az://`` buckets (the default there when obstore is installed),
-:class:`PrefixStore` is a view of one prefix of another store, :class:`StoreFile` is a seekable file made of
+:class:`PrefixStore` is a view of one prefix of another store, ``OverlayStore`` one with a few objects
+held in memory in front of it (a reader's copy of what an append rewrote), :class:`StoreFile` is a seekable file made of
 ranged reads (for parquet), and :func:`open_store` turns a path, URL or store into a store;
 :func:`zarr_store` opens a location of one as a zarr store (for anndata's elements).
 Every store pickles to its URL and options (never an open handle or cached
@@ -19,6 +20,7 @@ from deltacells.storage._file import StoreFile
 from deltacells.storage._fsspec import FsspecStore
 from deltacells.storage._obstore import ObstoreStore
 from deltacells.storage._open import STORAGE_CLIENT_VARIABLE, open_store
+from deltacells.storage._overlay import OverlayStore
 from deltacells.storage._prefix import PrefixStore
 from deltacells.storage._zarr import zarr_store
 
@@ -27,6 +29,7 @@ __all__ = [
     "ByteRequest",
     "FsspecStore",
     "ObstoreStore",
+    "OverlayStore",
     "PrefixStore",
     "RetryPolicy",
     "StoreFile",

@@ -346,7 +346,7 @@ class ObstoreStore(BaseStore):
 
     @property
     def atomic_conditional_writes(self) -> bool:
-        """True: a PUT with ``If-Match`` / ``If-None-Match`` (GCS: its generation), which the server decides."""
+        """Always true here, the server decides a PUT with ``If-Match`` or ``If-None-Match`` (GCS, its generation)."""
         return True
 
     def read_versioned(self, path: str) -> tuple[bytes, str]:

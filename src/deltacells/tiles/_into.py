@@ -225,7 +225,7 @@ def _decode_group(
     together (:func:`~deltacells.codec.decode_tiles`: their small chunks in one kernel call); the bytes of
     remote ones (fetched ahead, each its own object) are checked and decoded one tile after the other.
     """
-    if blobs is not None or reader.store.local_path(tile_path(int(tiles[0]))) is None:
+    if blobs is not None or any(reader.store.local_path(tile_path(t)) is None for t in tiles.tolist()):
         large = False
         for k, tile in enumerate(tiles.tolist()):
             blob = _read_one(reader, tile) if blobs is None else blobs[k]

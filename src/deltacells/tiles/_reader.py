@@ -18,6 +18,7 @@ frames of the chunks wanted, and not those already cached); that path, and the r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import OrderedDict, deque
@@ -39,6 +40,7 @@ from deltacells.format import (
     problem_from_error,
     tile_path,
 )
+from deltacells.storage import OverlayStore
 from deltacells.tiles._cache import TileCache
 from deltacells.tiles._into import read_tiles_into
 from deltacells.tiles._ranged import (
@@ -376,6 +378,33 @@ class TileReader:
             while self._prefix_bytes > PREFIX_CACHE_BYTES and len(self._prefixes) > 1:
                 _, gone = self._prefixes.popitem(last=False)
                 self._prefix_bytes -= gone.indptr.nbytes + gone.table.nbytes
+
+    def hold_in_memory(self, tile: int, blob: bytes) -> None:
+        """Read ``tile`` from ``blob`` from now on, on every read path (an ``OverlayStore``).
+
+        For a reader whose dataset was appended to since it opened it: the append rewrote the last tile with
+        the new cells after the old ones, so the reader keeps its own version of that tile in memory
+        (``deltacells.core._follow``), with the same cells and nonzeros as its manifest says; only the tile's
+        size in bytes changes, to ``len(blob)``. What the cache holds of the tile stays (the same cells).
+        """
+        name = tile_path(tile)
+        with self._guard():
+            store = self.store
+            held = dict(store.objects) if isinstance(store, OverlayStore) else {}
+            held[name] = bytes(blob)
+            sizes = np.array(self.manifest.tile_bytes, dtype=np.int64)
+            sizes[tile] = len(blob)
+            self.manifest = dataclasses.replace(self.manifest, tile_bytes=sizes)
+            self._fields = self.manifest.to_fields()
+            self.store = OverlayStore(store.store if isinstance(store, OverlayStore) else store, held)
+            gone = self._prefixes.pop(tile, None)  # the frames' places were those of the other object
+            if gone is not None:
+                self._prefix_bytes -= gone.indptr.nbytes + gone.table.nbytes
+
+    def holds_in_memory(self, tile: int) -> bool:
+        """Whether ``tile`` is read from memory (:meth:`hold_in_memory`)."""
+        store = self.store
+        return isinstance(store, OverlayStore) and tile_path(tile) in store.objects
 
     def _count_whole(self, n_chunks: int) -> None:
         self.count_reads(whole=1, chunks=n_chunks)

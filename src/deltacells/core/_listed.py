@@ -1,4 +1,4 @@
-"""What ``deltacells info`` checks beyond the small files: the tiles and obs shards the manifest lists are there.
+"""The tiles and obs shards a manifest lists are there: what ``deltacells info`` checks, and an append before it adds.
 
 Cheap on any store: one listing of ``tiles/`` and one of ``obs/``. On a local disk each object's size is also
 compared with the manifest's (a ``stat`` each); on object storage that would be a request per object, so it is
@@ -23,41 +23,43 @@ from deltacells.format import (
 )
 
 if TYPE_CHECKING:
-    from deltacells.core import Dataset
+    from deltacells.format import Manifest
+    from deltacells.storage import BaseStore
 
 __all__ = ["listed_objects_problems", "sizes_checked"]
 
 
-def sizes_checked(dataset: Dataset) -> bool:
+def sizes_checked(store: BaseStore) -> bool:
     """Whether :func:`listed_objects_problems` compares sizes too (on a local disk), not only presence."""
-    return dataset.store.is_local
+    return store.is_local
 
 
-def listed_objects_problems(dataset: Dataset) -> list[Problem]:
-    """The tiles and obs shards the manifest lists that are missing, or (on a local disk) of another size.
+def listed_objects_problems(store: BaseStore, manifest: Manifest) -> list[Problem]:
+    """The tiles and obs shards ``manifest`` lists that are missing, or (on a local disk) of another size.
 
     Parameters
     ----------
-    dataset
-        An open dataset.
+    store
+        The dataset's root (read through a pending commit's staging prefix where it has one).
+    manifest
+        Its manifest.
 
     Returns
     -------
     list of Problem
         In tile order, then shard order; empty when every listed object is there (with its size).
     """
-    store, manifest = dataset.store, dataset.manifest
     fields = manifest.to_fields()
-    with_sizes = sizes_checked(dataset)
+    with_sizes = sizes_checked(store)
     problems: list[Problem] = []
-    tiles = _entries(dataset, TILES_DIR) if manifest.n_tiles else set()
+    tiles = _entries(store, TILES_DIR) if manifest.n_tiles else set()
     for tile in range(manifest.n_tiles):
         if tile_path(tile).rpartition("/")[2] not in tiles:
             problems.append(missing_tile(tile, fields))
         elif with_sizes:
             collect(check_tile_size(store.size(tile_path(tile)), tile, fields), problems.append)
     shard_bytes = manifest.obs_shard_bytes
-    shards = _entries(dataset, OBS_DIR) if shard_bytes else set()
+    shards = _entries(store, OBS_DIR) if shard_bytes else set()
     for shard, expected in enumerate(shard_bytes):
         name = obs_shard_path(shard)
         if name.rpartition("/")[2] not in shards:
@@ -68,9 +70,9 @@ def listed_objects_problems(dataset: Dataset) -> list[Problem]:
     return problems
 
 
-def _entries(dataset: Dataset, directory: str) -> set[str]:
+def _entries(store: BaseStore, directory: str) -> set[str]:
     """The names directly under ``directory`` (none when it does not exist)."""
     try:
-        return set(dataset.store.list(directory))
+        return set(store.list(directory))
     except FileNotFoundError:
         return set()
