@@ -39,11 +39,23 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def command() -> str:
-    """How this process was started, paths in the repository relative to it (``python benchmarks/x.py --quick``)."""
+def shown(path: str | os.PathLike[str]) -> str:
+    """``path`` as the JSON files record it: an absolute path relative to the repository (``../baseline/...``).
+
+    No path of the machine a benchmark ran on goes into the repository.
+    """
+    text = os.fspath(path)
+    return os.path.relpath(text, ROOT) if os.path.isabs(text) else text
+
+
+def command(argv: list[str] | None = None) -> str:
+    """How this process was started (``argv``: its arguments), every path relative to the repository.
+
+    ``python benchmarks/x.py --baseline ../baseline/.venv/bin/python``.
+    """
     script = Path(sys.argv[0]).resolve()
     name = str(script.relative_to(ROOT)) if script.is_relative_to(ROOT) else script.name
-    args = " ".join(sys.argv[1:]).replace(f"{ROOT}{os.sep}", "")
+    args = " ".join(shown(arg) for arg in (sys.argv[1:] if argv is None else argv))
     return f"python {name} {args}".rstrip()
 
 

@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _scale_data as sd  # noqa: E402
-from _record import now, write_json  # noqa: E402
+from _record import command, now, write_json  # noqa: E402
 
 MiB = 2**20
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         del adatas
     report = {
         "benchmark": "bench_atlas_idioms",
-        "command": "python benchmarks/bench_atlas_idioms.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command(argv),
         "n_cells": n_cells,
         "anndata": ad.__version__,
         "python": sys.version.split()[0],

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _scale_data as sd  # noqa: E402
-from _record import now, write_json  # noqa: E402
+from _record import command, now, shown, write_json  # noqa: E402
 from _visium import VISIUM  # noqa: E402
 
 MiB = 2**20
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     report: dict[str, Any] = {
         "benchmark": "bench_extras",
-        "command": "python benchmarks/bench_extras.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command(argv),
         "machine": f"{os.uname().machine}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
     }
     with tempfile.TemporaryDirectory(prefix="bench-extras-") as tmp:
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         if (args.visium / "matrix.mtx.gz").exists():
             report["visium"], baseline = measure_visium(args.visium, workdir, args.repeat, args.baseline)
             if baseline is not None:
-                report["visium_baseline"] = {"python": args.baseline, **baseline}
+                report["visium_baseline"] = {"python": shown(args.baseline), **baseline}
         path = build_atlas(n_cells, workdir)
         child = subprocess.run(
             [sys.executable, __file__, "--child", json.dumps([str(path), str(workdir / "atlas-cache")])],

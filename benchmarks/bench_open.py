@@ -14,7 +14,7 @@ and records the seconds (wall and CPU) and the resident memory above that baseli
 peak). Each measure is the best of ``--repeat`` rounds.
 
 ``--baseline PYTHON`` measures the same with another interpreter, whose environment has another checkout of
-deltacells installed (``/work/main/.venv/bin/python``: the code before a change), in the same run, the rounds
+deltacells installed (``../baseline/.venv/bin/python``: the code before a change), in the same run, the rounds
 alternating between the two: before and after figures on the same machine at the same time. Nothing is
 asserted; the issue's targets (a million cells in 0.4 s and 150 MB) are printed beside the figures.
 
@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _scale_data as sd  # noqa: E402
-from _record import now, write_json  # noqa: E402
+from _record import now, shown, write_json  # noqa: E402
 
 MiB = 2**20
 
@@ -117,7 +117,7 @@ def _source(python: str) -> dict[str, Any]:
     code = "import deltacells, pathlib; print(pathlib.Path(deltacells.__file__).resolve().parents[2])"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
     root = out.stdout.strip()
-    info: dict[str, Any] = {"python": python, "checkout": root}
+    info: dict[str, Any] = {"python": shown(python), "checkout": shown(root)}
     git = subprocess.run(
         ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     )
