@@ -225,7 +225,7 @@ def _decode_group(
     together (:func:`~deltacells.codec.decode_tiles`: their small chunks in one kernel call); the bytes of
     remote ones (fetched ahead, each its own object) are checked and decoded one tile after the other.
     """
-    if blobs is not None or any(reader.store.local_path(tile_path(t)) is None for t in tiles.tolist()):
+    if blobs is not None or reader.store.local_path(tile_path(int(tiles[0]))) is None:
         large = False
         for k, tile in enumerate(tiles.tolist()):
             blob = _read_one(reader, tile) if blobs is None else blobs[k]
@@ -297,13 +297,17 @@ def _read_side_by_side(
     for tile, offset, size in zip(tiles.tolist(), offsets.tolist(), wanted.tolist(), strict=True):
         path = reader.store.local_path(tile_path(tile))
         try:
-            assert path is not None  # a local store (see _decode_group)
-            descriptor = os.open(path, os.O_RDONLY)  # os's calls: a Python file object costs more than the read
-            try:
-                got = os.readv(descriptor, [whole[offset : offset + size]])
-            finally:
-                os.close(descriptor)
-        except FileNotFoundError as exc:
+            if path is None:  # a tile a reader holds in memory (its version of one an append rewrote)
+                data = reader.store.read(tile_path(tile), 0, size)
+                got = len(data)
+                whole[offset : offset + got] = data
+            else:
+                descriptor = os.open(path, os.O_RDONLY)  # os's calls: a Python file object costs more than the read
+                try:
+                    got = os.readv(descriptor, [whole[offset : offset + size]])
+                finally:
+                    os.close(descriptor)
+        except (FileNotFoundError, MissingObjectError) as exc:
             missing = missing_tile(tile, reader.fields).to_exception(reader.store.url)
             missing.__cause__ = exc
             assert isinstance(missing, MissingObjectError)
