@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_kernel_loading",
         "_lazy",
         "_memory",
+        "_numbers",
         "_parquet",
         "_sparse",
         "_threads",

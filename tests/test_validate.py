@@ -374,7 +374,9 @@ def test_report_to_dict_is_json(ds):
         "nnz_checked",
         "bytes_checked",
         "problems",
+        "staging",
     }
+    assert doc["staging"] == []
 
 
 def test_problem_str():

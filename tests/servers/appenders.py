@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-__all__ = ["N_GENES", "append_batch", "batch"]
+__all__ = ["N_GENES", "append_and_die_before_commit", "append_batch", "batch"]
 
 N_GENES = 30
 
@@ -55,3 +55,22 @@ def append_batch(
         Path(result).write_text(f"{type(exc).__name__}: {exc}")
         return
     Path(result).write_text("ok")
+
+
+def append_and_die_before_commit(url: str, storage_options: dict[str, Any] | None, start: int, n: int) -> None:
+    """Append ``batch(start, n)`` to ``url`` and die (``os._exit``) once it is staged, just before its commit.
+
+    What an appender SIGKILLed between staging and committing leaves: its staging prefix, whole, that no
+    manifest names.
+    """
+    import os
+
+    import deltacells
+    from deltacells.core import _append
+
+    def die(*args: Any) -> None:
+        os._exit(9)
+
+    _append._check_staged = die
+    deltacells.write_deltacells(batch(start, n), url, append=True, progress=False, storage_options=storage_options)
+    os._exit(0)  # not reached

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from deltacells._numbers import format_size, plural
 from deltacells._version import __version__
 from deltacells.cli._errors import CLIError, error_message, is_user_error, on_interrupt
-from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import INPUT_FORMATS, detect_format, read_input
 from deltacells.cli._options import io_concurrency_option, level_option, parse_storage_options, storage_option
 from deltacells.codec import DEFAULT_N_CHUNKS

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from deltacells._numbers import format_size, plural
 from deltacells.cli._errors import CLIError, error_message
-from deltacells.cli._format import format_size, plural
 from deltacells.cli._inputs import detect_format
 from deltacells.cli._options import parse_storage_options, storage_option
 from deltacells.errors import DatasetNotFoundError, FormatError

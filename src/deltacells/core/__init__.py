@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from deltacells._lazy import lazy_names
 from deltacells.core._collection import Collection
-from deltacells.core._commit import PendingCommitStore
+from deltacells.core._commit import PendingCommitStore, read_for_commit, writer_lock
 from deltacells.core._dataset import Dataset
 from deltacells.core._dtypes import UNRECORDED_DTYPE, promoted_dtype
 from deltacells.core._follow import STALE_ERRORS, manifest_changed
@@ -42,6 +42,9 @@ __all__ = [
     # reading a dataset whose append is pending (its commit not rolled forward yet); one appended to since opened
     "PendingCommitStore",
     "STALE_ERRORS",
+    # the current manifest with its version tag and commit entry; the writer lock (a local disk's)
+    "read_for_commit",
+    "writer_lock",
     "manifest_changed",
 ]
 

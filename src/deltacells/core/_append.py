@@ -13,7 +13,7 @@ import contextlib
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from deltacells.core._commit import (
 )
 from deltacells.core._listed import listed_objects_problems
 from deltacells.core._output import remove_stale_staging
-from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
+from deltacells.errors import CommitConflictError, FormatError, InvalidValueError, StorageError
 from deltacells.format import (
     APPEND_PREFIX,
     MANIFEST_NAME,
@@ -174,6 +174,7 @@ def _append_once(
             raise CommitConflictError(msg) from exc
         pending = with_commit(manifest, replace(new_commit, objects=tuple(objects)))
         target.sync()
+        _check_staged(store, staging, objects)
         text = pending.to_json().encode()
         try:
             written = store.write_if(MANIFEST_NAME, text, version=version)
@@ -189,6 +190,25 @@ def _append_once(
         raise
     roll_forward(store, pending, written, replace(new_commit, objects=tuple(objects)))
     return with_commit(manifest, new_commit.done())
+
+
+def _check_staged(store: BaseStore, staging: str, objects: Sequence[str]) -> None:
+    """Before the commit on an object store: every staged object is still there (one LIST of the prefix).
+
+    ``deltacells validate --remove-staging`` removes only prefixes untouched for longer than its bound, which a
+    live appender's is not; this check keeps an appender paused for longer than that (a suspended process) from
+    committing objects that were removed meanwhile.
+    """
+    if store.is_local:  # under the writer lock: nothing else removes the prefix
+        return
+    there = {o.path[len(staging) + 1 :] for o in store.objects_under(staging)}
+    missing = [path for path in objects if path not in there and not any(p.startswith(f"{path}/") for p in there)]
+    if missing:
+        msg = (
+            f"{store.url}/{staging}: {len(missing)} staged objects (e.g. {missing[0]}) were removed before this append "
+            "committed; the dataset is unchanged; append again"
+        )
+        raise StorageError(msg)
 
 
 def _check_listed_objects(store: BaseStore, base: Manifest) -> None:

@@ -45,6 +45,7 @@ from deltacells.format import (
     LOCK_NAME,
     MANIFEST_NAME,
     OBS_DIR,
+    PROBE_PREFIX,
     Commit,
     Manifest,
     commit_of,
@@ -93,9 +94,6 @@ def writer_lock(store: BaseStore, *, timeout: float = -1) -> Iterator[None]:
 
 #: Stores (by URL) whose server was seen to refuse a conditional write it must refuse, in this process.
 _PROVEN: set[str] = set()
-
-#: Where the probe of :func:`check_conditional_writes` writes, under the dataset's root (then removes it).
-PROBE_PREFIX = ".deltacells-probe-"
 
 
 def check_conditional_writes(store: BaseStore) -> None:

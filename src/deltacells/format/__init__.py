@@ -61,12 +61,14 @@ if TYPE_CHECKING:
         MANIFEST_NAME,
         OBS_DIR,
         OBS_SCHEMA_NAME,
+        PROBE_PREFIX,
         SIDECAR_FLAGS,
         SIDECAR_NAMES,
         STAGING_PREFIX,
         TILES_DIR,
         VAR_NAMES_NAME,
         VAR_TABLE_NAME,
+        WRITER_PREFIXES,
         obs_shard_path,
         tile_path,
     )
@@ -124,6 +126,8 @@ _LAZY = {
     "is_raw_varm": "deltacells.format._extras",
     "GENE_ORDER_NAME": "deltacells.format._names",
     "APPEND_PREFIX": "deltacells.format._names",
+    "PROBE_PREFIX": "deltacells.format._names",
+    "WRITER_PREFIXES": "deltacells.format._names",
     "LOCK_NAME": "deltacells.format._names",
     "Commit": "deltacells.format._commit",
     "commit_of": "deltacells.format._commit",
@@ -178,6 +182,8 @@ _LAZY = {
 
 __all__ = [
     "APPEND_PREFIX",
+    "PROBE_PREFIX",
+    "WRITER_PREFIXES",
     "CATEGORY_ARROW_TYPES",
     "COUNTS_DTYPE_KINDS",
     "DATASET_ENTRIES",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 __all__ = [
     "APPEND_PREFIX",
+    "PROBE_PREFIX",
+    "WRITER_PREFIXES",
     "DATASET_ENTRIES",
     "EXTRAS_NAME",
     "GENE_ORDER_NAME",
@@ -58,6 +60,12 @@ STAGING_PREFIX = ".deltacells-staging-"
 
 #: Prefix of the directory under the root where an append stages its objects until they are rolled forward.
 APPEND_PREFIX = ".deltacells-append-"
+
+#: Prefix of the object an appender writes (then removes) to prove that an object store honours conditional writes.
+PROBE_PREFIX = ".deltacells-probe-"
+
+#: The prefixes of what writers put at the root for a while: a writer killed meanwhile leaves it behind.
+WRITER_PREFIXES = (STAGING_PREFIX, APPEND_PREFIX, PROBE_PREFIX)
 
 #: The lock file that serialises writers of a dataset on a local disk (docs/format.md, decision 17).
 LOCK_NAME = ".deltacells-lock"

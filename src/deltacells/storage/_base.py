@@ -8,6 +8,7 @@ workers and data-loader processes each open their own connection.
 from __future__ import annotations
 
 import abc
+import builtins
 import os
 import threading
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from typing import Any
 from deltacells.errors import CommitConflictError, MissingObjectError
 from deltacells.storage._durable import fsync_tree
 from deltacells.storage._file import StoreFile
+from deltacells.storage._objects import StoredObject
 
 __all__ = ["DEFAULT_IO_CONCURRENCY", "BaseStore", "ByteRequest"]
 
@@ -185,6 +187,38 @@ class BaseStore(abc.ABC):
         Names are relative to ``prefix`` and have no trailing slash; the list is empty when
         nothing is stored under ``prefix`` (or ``prefix`` is an object).
         """
+
+    def objects_under(self, prefix: str = "") -> builtins.list[StoredObject]:
+        """Every object at or under ``prefix``, recursively, with its size and when it was last written.
+
+        Paths are relative to the root, sorted. The default walks :meth:`list` and asks :meth:`size` of each
+        object (without modification times, but on a local disk); stores override it with one recursive
+        listing (a LIST of the bucket prefix, which S3 pages by 1,000 keys).
+        """
+        found: builtins.list[StoredObject] = []
+        pending = [prefix.strip("/")]
+        while pending:
+            path = pending.pop()
+            names = self.list(path)
+            if names:
+                pending.extend(f"{path}/{name}".lstrip("/") for name in names)
+                continue
+            try:
+                size = self.size(path)
+            except FileNotFoundError:  # absent, or an empty directory
+                continue
+            found.append(StoredObject(path, size, self._modified_locally(path)))
+        return sorted(found, key=lambda o: o.path)
+
+    def _modified_locally(self, path: str) -> float | None:
+        """The modification time of ``path`` on a local disk, else None."""
+        local = self.local_path(path) if self.is_local else None
+        if local is None:
+            return None
+        try:
+            return os.stat(local).st_mtime
+        except OSError:
+            return None
 
     # ----------------------------------------------------------------------------------------- writes
 

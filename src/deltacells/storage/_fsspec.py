@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import copy
 import errno
@@ -23,6 +24,7 @@ from deltacells._checks import check_integer
 from deltacells.errors import OutputExistsError
 from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, DEFAULT_LOCAL_IO_CONCURRENCY, BaseStore
 from deltacells.storage._faults import RetryPolicy, is_transient, translate
+from deltacells.storage._objects import StoredObject, modified_of
 
 __all__ = ["DEFAULT_TIMEOUTS", "FsspecStore"]
 
@@ -374,6 +376,21 @@ class FsspecStore(BaseStore):
             if name:
                 names.add(name)
         return sorted(names)
+
+    def objects_under(self, prefix: str = "") -> builtins.list[StoredObject]:
+        """Every object at or under ``prefix`` with its size and modification time: one ``find`` (a LIST)."""
+        full = self._full(prefix)
+        try:
+            found = self._retrying(prefix, lambda: self.fs.find(full, detail=True, withdirs=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        base = f"{self.root}/" if self.root else ""
+        objects = []
+        for name, info in found.items():
+            name = str(name).rstrip("/")
+            if info.get("type") != "directory" and name.startswith(base):
+                objects.append(StoredObject(name[len(base) :], int(info.get("size") or 0), modified_of(info)))
+        return sorted(objects, key=lambda o: o.path)
 
     # ------------------------------------------------------------------------------------- writes
 

@@ -25,6 +25,7 @@ from deltacells.errors import OutputExistsError
 from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, BaseStore
 from deltacells.storage._faults import RetryPolicy, is_transient, response_status, translate
 from deltacells.storage._fsspec import DEFAULT_TIMEOUTS, FsspecStore
+from deltacells.storage._objects import StoredObject, modified_of
 from deltacells.storage._obstore_options import ObstoreSettings, obstore_settings, split_url
 
 __all__ = ["ObstoreStore"]
@@ -277,6 +278,27 @@ class ObstoreStore(BaseStore):
             return [str(meta["path"]) for meta in obstore.list(self.store, key or None).collect()]
 
         return [name for name in self._retrying(path, collect) if name != key]
+
+    def objects_under(self, prefix: str = "") -> builtins.list[StoredObject]:
+        """Every object at or under ``prefix`` with its size and modification time: one paged LIST."""
+        import obstore
+
+        key = self._key(prefix)
+
+        def collect() -> builtins.list[Any]:
+            found = list(obstore.list(self.store, key or None).collect())
+            if key:
+                with contextlib.suppress(FileNotFoundError):
+                    found.append(obstore.head(self.store, key))  # ``prefix`` an object itself
+            return found
+
+        base = f"{self.root}/" if self.root else ""
+        objects = {}
+        for meta in self._retrying(prefix, collect):
+            name = str(meta["path"])
+            if name.startswith(base) and (not key or name == key or name.startswith(f"{key}/")):
+                objects[name] = StoredObject(name[len(base) :], int(meta["size"]), modified_of(meta))
+        return sorted(objects.values(), key=lambda o: o.path)
 
     # ------------------------------------------------------------------------------------- writes
 

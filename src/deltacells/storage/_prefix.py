@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.storage._objects import StoredObject
 
 __all__ = ["PrefixStore"]
 
@@ -74,6 +77,11 @@ class PrefixStore(BaseStore):
     def list(self, prefix: str = "") -> list[str]:
         """Sorted names of the entries directly under ``prefix``."""
         return self.store.list(self._inner(prefix))
+
+    def objects_under(self, prefix: str = "") -> builtins.list[StoredObject]:
+        """Every object at or under ``prefix`` (the inner store's listing), paths relative to this prefix."""
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        return [replace(o, path=o.path[cut:]) for o in self.store.objects_under(self._inner(prefix))]
 
     def write(self, path: str, data: bytes) -> None:
         """Write object ``path`` whole, atomically."""

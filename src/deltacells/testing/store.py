@@ -265,6 +265,20 @@ class StoreTests:
 
     # ------------------------------------------------------------------------------------- deletion
 
+    def test_objects_under(self, store: BaseStore) -> None:
+        """A recursive listing gives each object at or under a prefix once, with its size and a plausible time."""
+        import time
+
+        before = time.time()
+        self.fill(store, {"p/a": b"1", "p/q/b": b"22", "p/q/r/c": _DATA, "pz": b"z", "top": b""})
+        found = store.objects_under("p")
+        assert [(o.path, o.size) for o in found] == [("p/a", 1), ("p/q/b", 2), ("p/q/r/c", len(_DATA))]
+        for o in found:  # where a store tells the time, it is about now (object stores round to seconds)
+            assert o.modified is None or before - 120 <= o.modified <= time.time() + 120
+        assert [o.path for o in store.objects_under()] == ["p/a", "p/q/b", "p/q/r/c", "pz", "top"]
+        assert [(o.path, o.size) for o in store.objects_under("p/q/b")] == [("p/q/b", 2)]  # an object itself
+        assert store.objects_under("absent") == []
+
     def test_delete_object(self, store: BaseStore) -> None:
         """Deleting an object removes it and nothing else."""
         self.fill(store, {"a.bin": b"a", "tiles/t0": b"0", "tiles/t1": b"1"})

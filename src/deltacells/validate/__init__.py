@@ -24,12 +24,23 @@ What is checked (docs/format.md):
 Every rule is one of :mod:`deltacells.format`'s checkers, the same the reader runs: the reader raises the
 first problem, validation collects them all. One module per kind of object: ``_report`` (what is found),
 ``_access`` (reads that record failures), ``_manifest``, ``_files`` (flags, stray objects, sidecars),
-``_tiles``, ``_obs``; ``_run`` runs them in order.
+``_tiles``, ``_obs``; ``_run`` runs them in order. ``_staging`` finds (and :func:`remove_staging` removes) what
+killed writers left at the root: staging prefixes no commit names, reported with their ages, never as problems.
 """
 
 from __future__ import annotations
 
 from deltacells.validate._report import Problem, ValidationReport
 from deltacells.validate._run import validate_dataset
+from deltacells.validate._staging import DEFAULT_STAGING_AGE, StaleStaging, find_staging, remove_staging
 
-__all__ = ["Problem", "ValidationReport", "validate_dataset"]
+__all__ = [
+    "Problem",
+    "ValidationReport",
+    "validate_dataset",
+    # what killed writers left at a dataset's root, and removing it
+    "DEFAULT_STAGING_AGE",
+    "StaleStaging",
+    "find_staging",
+    "remove_staging",
+]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltacells.format import Problem, problem_from_error
+from deltacells.validate._staging import StaleStaging
 
 __all__ = ["Collector", "Problem", "ValidationReport"]
 
@@ -34,6 +35,10 @@ class ValidationReport:
         did not, so that the figure covers every tile it lists).
     bytes_checked
         Bytes of the tiles read.
+    staging
+        What killed writers left at the root (staging prefixes no commit names, with their ages): not a problem
+        of the dataset, which reads whole without them, but storage to reclaim with
+        :func:`~deltacells.validate.remove_staging` (``deltacells validate --remove-staging``).
     """
 
     path: str
@@ -44,6 +49,7 @@ class ValidationReport:
     shards_checked: int = 0
     nnz_checked: int = 0
     bytes_checked: int = 0
+    staging: list[StaleStaging] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +68,7 @@ class ValidationReport:
             "nnz_checked": self.nnz_checked,
             "bytes_checked": self.bytes_checked,
             "problems": [{"object": p.object, "message": p.message} for p in self.problems],
+            "staging": [s.to_dict() for s in self.staging],
         }
 
     def __str__(self) -> str:
@@ -70,9 +77,11 @@ class ValidationReport:
             f"{self.n_shards} obs shards checked, "
         )
         if self.ok:
-            return head + "no problems"
-        lines = [head + f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}:"]
-        lines += [f"  {p}" for p in self.problems]
+            lines = [head + "no problems"]
+        else:
+            lines = [head + f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}:"]
+            lines += [f"  {p}" for p in self.problems]
+        lines += [f"  not part of the dataset: {s.describe()}" for s in self.staging]
         return "\n".join(lines)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
 from deltacells._threads import default_threads
+from deltacells.core import PendingCommitStore
 from deltacells.format import MANIFEST_NAME, collect, commit_of, counts_dtype_of
 from deltacells.storage import open_store
 from deltacells.validate._extras import check_extras
@@ -13,10 +15,11 @@ from deltacells.validate._files import check_files
 from deltacells.validate._manifest import check_manifest
 from deltacells.validate._obs import check_obs
 from deltacells.validate._report import Collector, ValidationReport
+from deltacells.validate._staging import find_staging
 from deltacells.validate._tiles import check_tiles
 
 if TYPE_CHECKING:
-    from deltacells.format import ManifestFields
+    from deltacells.format import Commit
     from deltacells.storage import BaseStore
 
 
@@ -70,7 +73,10 @@ def validate_dataset(
     if fields is not None:
         report.n_tiles, report.n_shards = fields.n_tiles, fields.n_shards
         collect(counts_dtype_of(fields.metadata or {}), found)  # the dtype reads give (docs/format.md, decision 9)
-        store = _pending_commit_read_through(store, fields, found)
+        commit = collect(commit_of(fields.metadata or {}), found)
+        with contextlib.suppress(Exception):  # what killed writers left: reported, never a problem of the dataset
+            report.staging = find_staging(store, keep=commit.staging if commit is not None else None)
+        store = _pending_commit_read_through(store, commit)
         check_files(store, fields, found)
         n_threads = default_threads() if threads is None else max(1, int(threads))
         check_tiles(store, fields, found, report, threads=n_threads, progress=progress)
@@ -80,11 +86,8 @@ def validate_dataset(
     return report
 
 
-def _pending_commit_read_through(store: BaseStore, fields: ManifestFields, found: Collector) -> BaseStore:
+def _pending_commit_read_through(store: BaseStore, commit: Commit | None) -> BaseStore:
     """The store to check: for a pending commit (an append killed while moving its objects), reading through it."""
-    from deltacells.core import PendingCommitStore
-
-    commit = collect(commit_of(fields.metadata or {}), found)
     if commit is None or not commit.pending:
         return store
     assert commit.staging is not None
