@@ -40,12 +40,18 @@ def now() -> str:
 
 
 def shown(path: str | os.PathLike[str]) -> str:
-    """``path`` as the JSON files record it: an absolute path relative to the repository (``../baseline/...``).
+    """``path`` as the JSON files record it: an absolute path relative to the repository (``../baseline/...``),
+    or ``ELSEWHERE/<name>`` for one outside the repository and its siblings (a scratch directory).
 
     No path of the machine a benchmark ran on goes into the repository.
     """
     text = os.fspath(path)
-    return os.path.relpath(text, ROOT) if os.path.isabs(text) else text
+    if not os.path.isabs(text):
+        return text
+    relative = os.path.relpath(text, ROOT)
+    if relative.startswith(f"..{os.sep}..{os.sep}") or relative == f"..{os.sep}..":
+        return f"ELSEWHERE/{os.path.basename(text)}"  # outside the repository and its siblings: a scratch place
+    return relative
 
 
 def command(argv: list[str] | None = None) -> str:

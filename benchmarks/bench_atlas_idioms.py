@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "bench_atlas_idioms",
         "command": command(argv),
+        "repeat": args.repeat,
         "n_cells": n_cells,
         "anndata": ad.__version__,
         "python": sys.version.split()[0],

@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("storage",),
     ("testing",),  # the shared store test suite (pytest only here)
     ("tiles", "obs"),  # side by side: neither imports the other (see SAME_LAYER_FORBIDDEN)
-    ("core", "dataset"),  # a dataset (or a collection) as rows of CSR; dataset: core's deprecated name
+    ("core",),  # a dataset (or a collection) as rows of CSR
     ("io", "datasets"),  # datasets (synthetic data) may use io, not the other way round
     ("loader",),  # minibatches for training, from a dataset or an AnnData read by io
     ("validate",),

@@ -61,11 +61,7 @@ def test_public_names_resolve() -> None:
         _ = deltacells.nope
 
 
-def test_the_old_name_of_core_still_works_and_warns() -> None:
-    import deltacells.core
-    import deltacells.dataset
-
-    with pytest.warns(FutureWarning, match=r"deltacells.dataset.Collection is deprecated.*deltacells.core.Collection"):
-        assert deltacells.dataset.Collection is deltacells.core.Collection
-    with pytest.raises(AttributeError, match="deltacells.core now"):
-        deltacells.dataset.nothing  # noqa: B018
+def test_core_has_no_old_name() -> None:
+    """Nothing was released under ``deltacells.dataset``: no shim keeps it."""
+    with pytest.raises(ModuleNotFoundError):
+        import deltacells.dataset  # noqa: F401

@@ -19,20 +19,24 @@ __all__ = [
     "DeltaCellsWarning",
     "DemoMismatchError",
     "DiskFullError",
+    "ExceptionPolicyError",
     "FormatError",
     "InternalChangedError",
     "InvalidTypeError",
     "InvalidValueError",
     "MissingObjectError",
     "NotInMemoryError",
+    "ObsCacheError",
+    "OutOfRangeError",
+    "OutputExistsError",
     "PrefixTooShortError",
     "StorageAccessError",
     "StorageError",
     "StorageTimeoutError",
+    "UnknownKeyError",
     "UnmappedOptionError",
     "UnsupportedPlatformError",
     "warn",
-    "warn_renamed",
 ]
 
 
@@ -214,14 +218,3 @@ RAW_COUNTS_HINT = (
     "deltacells stores raw counts; pass the raw counts instead "
     "(with write_deltacells: layer=NAME for a layer that holds them, or raw=True for .raw)"
 )
-
-
-def warn_renamed(old: str, new: str) -> None:
-    """Warn (``FutureWarning``, as scverse packages do for what users call) that ``old`` is now ``new``.
-
-    Parameters
-    ----------
-    old, new
-        The names, as users write them (``"TileReader.batch_size"``).
-    """
-    warn(f"{old} is deprecated and will be removed: use {new}", FutureWarning)

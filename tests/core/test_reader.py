@@ -617,13 +617,12 @@ def test_iter_tiles_subset_keeps_order(uneven, threads):
     assert order == [7, 3, 7, 0]
 
 
-def test_old_names_of_decode_ahead_still_work_and_warn(uneven):
+def test_decode_ahead_has_no_old_name(uneven):
     ds = uneven.open(threads=2)
-    with pytest.warns(FutureWarning, match=r"iter_tiles\(batch=\) is deprecated.*decode_ahead"):
-        order = [t for t, _ in ds.iter_tiles([7, 3], batch=2)]
-    assert order == [7, 3]
-    with pytest.warns(FutureWarning, match=r"TileReader.batch_size is deprecated.*TileReader.decode_ahead"):
-        assert ds._tiles.batch_size == ds._tiles.decode_ahead == 4
+    with pytest.raises(TypeError, match="batch"):
+        list(ds.iter_tiles([7, 3], batch=2))
+    assert not hasattr(ds._tiles, "batch_size")
+    assert ds._tiles.decode_ahead == 4
 
 
 def test_iter_tiles_empty_dataset(write_dataset):

@@ -19,9 +19,11 @@ from deltacells.core._writer import DatasetWriter
 
 if TYPE_CHECKING:
     from deltacells.core._append import AppendRequest, append_cells
+    from deltacells.core._collection_obs import CollectionObs
 
 __all__ = [
     "Collection",
+    "CollectionObs",
     "Dataset",
     "DatasetWriter",
     "open_dataset",
@@ -48,7 +50,11 @@ __all__ = [
     "manifest_changed",
 ]
 
-#: Names whose module importing the package does not load (appends): it loads on first use.
-_LAZY = {"AppendRequest": "deltacells.core._append", "append_cells": "deltacells.core._append"}
+#: Names whose module importing the package does not load (appends, a collection's obs): it loads on first use.
+_LAZY = {
+    "AppendRequest": "deltacells.core._append",
+    "append_cells": "deltacells.core._append",
+    "CollectionObs": "deltacells.core._collection_obs",  # a collection's obs: loads pandas and pyarrow
+}
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

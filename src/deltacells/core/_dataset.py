@@ -333,25 +333,25 @@ class Dataset:
         return self._surviving_appends(lambda: self._tiles.get(tile)).copy()
 
     def iter_tiles(
-        self, tiles: np.ndarray | list[int] | None = None, *, decode_ahead: int | None = None, batch: int | None = None
+        self, tiles: np.ndarray | list[int] | None = None, *, decode_ahead: int | None = None
     ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all), decoding a few at once in parallel.
 
         The tiles' arrays are read-only: they are shared with the cache (``tile.copy()`` gives writable
-        ones). At most ``decode_ahead`` decoded tiles (default: twice the threads; ``batch`` is its deprecated
-        name) are held beyond the cache at any time, so a loop over a whole dataset runs in flat memory.
+        ones). At most ``decode_ahead`` decoded tiles (default: twice the threads) are held beyond the cache at
+        any time, so a loop over a whole dataset runs in flat memory.
         """
         order = np.arange(self.n_tiles) if tiles is None else np.asarray(tiles, dtype=np.int64)
         held = self._tiles.holds_in_memory(self.n_tiles - 1)
         done = 0
         try:
-            for index, tile in self._tiles.iter_tiles(order, decode_ahead=decode_ahead, batch=batch):
+            for index, tile in self._tiles.iter_tiles(order, decode_ahead=decode_ahead):
                 yield index, tile
                 done += 1
         except STALE_ERRORS:
             if held or not follow_append(self._tiles, self.manifest):
                 raise
-            yield from self._tiles.iter_tiles(order[done:], decode_ahead=decode_ahead, batch=batch)
+            yield from self._tiles.iter_tiles(order[done:], decode_ahead=decode_ahead)
 
     def _surviving_appends(self, read: Callable[[], T]) -> T:
         """``read()``, tried again if an append since the dataset was opened explains its failure.

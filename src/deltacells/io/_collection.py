@@ -3,7 +3,7 @@
 The datasets are opened at once (their manifests and gene tables fetched concurrently), their genes joined
 as :func:`anndata.concat` joins them (the intersection or the union of the var names, or of a var column),
 and each is read into the join's columns by the decode kernels (:meth:`~deltacells.Dataset.with_columns`).
-obs is each dataset's, joined as :func:`anndata.concat` joins them (:class:`~deltacells.obs.CollectionObs`).
+obs is each dataset's, joined as :func:`anndata.concat` joins them (:class:`~deltacells.core.CollectionObs`).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def read_collection(
     :func:`anndata.concat`).
 
     ``lazy(n_cells)`` says whether obs is lazy (a :class:`~deltacells.io._lazy_obs.LazyObs` over the datasets'
-    caches, :class:`~deltacells.obs.CollectionObs`) or a pandas frame of the same columns.
+    caches, :class:`~deltacells.core.CollectionObs`) or a pandas frame of the same columns.
 
     Raises
     ------
@@ -182,7 +182,7 @@ def read_collection(
         tile_cache_bytes=tile_cache_bytes, threads=threads, io_concurrency=io_concurrency,
         var_tables=merge is not None,
     )  # fmt: skip
-    from deltacells.obs import CollectionObs
+    from deltacells.core import CollectionObs
 
     if obs_columns is not None:
         check_names("obs_columns", obs_columns, of="column names")

@@ -17,14 +17,14 @@ from scipy import sparse
 
 from deltacells._checks import check_integer, check_names
 from deltacells._threads import default_threads
-from deltacells.core import Collection
+from deltacells.core import Collection, CollectionObs
 from deltacells.errors import InvalidValueError
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
 from deltacells.loader._output import SPARSE_OUTPUTS, check_output, convert
 from deltacells.loader._plan import EpochPlan, blocks_between, make_blocks
 from deltacells.loader._source import LoaderSource, resolve_source
-from deltacells.obs import CollectionObs, ObsStore
+from deltacells.obs import ObsStore
 
 if TYPE_CHECKING:
     import pandas as pd

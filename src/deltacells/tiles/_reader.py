@@ -30,7 +30,7 @@ import numpy as np
 
 from deltacells._threads import default_threads, shared_pool
 from deltacells.codec import CELL_HI, CELL_LO, TileHeader, decode_chunks, merge_partial, parse_tile, read_chunk_table
-from deltacells.errors import FormatError, MissingObjectError, OutOfRangeError, warn_renamed
+from deltacells.errors import FormatError, MissingObjectError, OutOfRangeError
 from deltacells.format import (
     check_tile,
     check_tile_size,
@@ -235,14 +235,13 @@ class TileReader:
         *,
         decode_ahead: int | None = None,
         rows: Sequence[np.ndarray | None] | None = None,
-        batch: int | None = None,
     ) -> Iterator[tuple[int, DecodedTile]]:
         """Yield ``(index, tile)`` for ``tiles`` (default: all) in order, fetching ahead and decoding in parallel.
 
         A pipeline of two stages: fetches run on the store's own concurrency (up to
         ``store.io_concurrency`` requests, and ``prefetch_bytes`` of compressed tiles, ahead of the
         decoders), decodes on the decoding threads, at most ``decode_ahead`` tiles (default:
-        :attr:`decode_ahead`) beyond the one yielded (``batch`` is its deprecated name). Network and decoding
+        :attr:`decode_ahead`) beyond the one yielded. Network and decoding
         overlap, and memory stays bounded, so a loop over a whole dataset runs in flat memory.
 
         ``rows`` (the tile-local cells wanted, one array per tile of ``tiles``, ``None`` for a tile wanted
@@ -265,9 +264,6 @@ class TileReader:
                 yield int(t), self.get(int(t), threads=n_threads, cells=cells)
             return
         local = self.store.is_local
-        if batch is not None:
-            warn_renamed("iter_tiles(batch=)", "iter_tiles(decode_ahead=)")
-            decode_ahead = decode_ahead or batch
         decode_ahead = max(1, decode_ahead or self.decode_ahead)
         fetch_ahead = max(decode_ahead + 1, 1 if local else self.store.io_concurrency)
         sizes = self.manifest.tile_bytes
@@ -425,12 +421,6 @@ class TileReader:
     def decode_ahead(self) -> int:
         """Tiles :meth:`iter_tiles` decodes ahead of the one it yields, by default: twice the threads (at least 2)."""
         return max(2, 2 * self.n_threads)
-
-    @property
-    def batch_size(self) -> int:
-        """Deprecated name of :attr:`decode_ahead` (a number of tiles, unlike ``CellLoader.batch_size``'s cells)."""
-        warn_renamed("TileReader.batch_size", "TileReader.decode_ahead")
-        return self.decode_ahead
 
     def reads_ranged(self, tile: int, n_rows: int, *, cells: np.ndarray | None = None) -> bool:
         """Whether ``iter_tiles`` reads ``n_rows`` cells of ``tile`` in ranges rather than whole.

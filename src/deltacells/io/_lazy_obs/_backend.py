@@ -19,6 +19,7 @@ import xarray as xr
 from xarray.backends import BackendArray
 
 from deltacells import _internals
+from deltacells.errors import OutOfRangeError
 
 if TYPE_CHECKING:
     from deltacells.io._lazy_obs._source import LazyObsStore
@@ -66,13 +67,13 @@ class CellNumberIndex(xr.indexes.PandasIndex):
             if indxr.dtype == bool:
                 if indxr.shape[0] != len(index):
                     msg = f"a boolean mask of {indxr.shape[0]} values for {len(index)} cells"
-                    raise IndexError(msg)
+                    raise OutOfRangeError(msg)
                 positions = np.flatnonzero(indxr)
             elif indxr.dtype.kind in "iu":
                 positions = indxr.astype(np.int64, copy=False)
                 if positions.size and (positions.min() < -len(index) or positions.max() >= len(index)):
                     msg = f"cell positions must lie in -{len(index)} .. {len(index) - 1}"
-                    raise IndexError(msg)
+                    raise OutOfRangeError(msg)
                 positions = np.where(positions < 0, positions + len(index), positions)
             else:
                 return super().isel(indexers)
@@ -140,7 +141,7 @@ class CachedObsColumn(BackendArray):
             cells = np.asarray(selection, dtype=np.int64)
         if cells is not None and cells.size and (cells.min() < -n or cells.max() >= n):
             msg = f"cell numbers must lie in -{n} .. {n - 1}"
-            raise IndexError(msg)
+            raise OutOfRangeError(msg)
         if cells is not None:
             cells = np.where(cells < 0, cells + n, cells)
         values = self._take(cells)

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from deltacells.errors import UnknownKeyError
+
 __all__ = ["CellNumbers"]
 
 
@@ -42,7 +44,7 @@ class CellNumbers(pd.RangeIndex):
         if isinstance(key, str) and self._lookup is not None:
             (position,) = self._lookup(np.array([key], dtype=object))
             if position < 0:
-                raise KeyError(key)
+                raise UnknownKeyError(key)
             return int(position)
         return super().get_loc(key)
 

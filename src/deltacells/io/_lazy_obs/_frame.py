@@ -30,7 +30,7 @@ from anndata.experimental.backed import Dataset2D
 
 from deltacells import _internals
 from deltacells._checks import is_integer
-from deltacells.errors import InvalidValueError
+from deltacells.errors import InvalidValueError, OutOfRangeError, UnknownKeyError
 from deltacells.format import INDEX_COLUMN
 from deltacells.io._lazy_obs._backend import (
     OBS_DIM,
@@ -91,7 +91,7 @@ def add_lazy_columns(frame: LazyObs, columns: Sequence[str]) -> None:
     obs_store = frame.source.obs_store if frame.source is not None else None
     for name in columns:
         if obs_store is None:
-            raise KeyError(name)
+            raise UnknownKeyError(name)
         frame.ds[name] = cached_column_variable(obs_store, name, frame.index_dim)
 
 
@@ -276,12 +276,12 @@ class LazyObs(Dataset2D):
             missing = [name for name in names if name not in self.ds.data_vars]
             if missing:
                 msg = f"{missing} not in the obs columns {list(self.columns)}"
-                raise KeyError(msg)
+                raise UnknownKeyError(msg)
             data = {name: _as_series(self._values(name), self.index, name) for name in names}
             return pd.DataFrame(data, index=self.index, columns=names, copy=False)
         if isinstance(key, Hashable) and not isinstance(key, tuple):
             msg = f"{key!r} is not an obs column; the columns are {list(self.columns)}"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
         return super().__getitem__(key)
 
     def __setitem__(self, key: Hashable, value: Any) -> None:  # type: ignore[override]  # one column, as pandas
@@ -362,7 +362,7 @@ class LazyObs(Dataset2D):
         missing = [name for name in names if name not in self]
         if missing:
             msg = f"{missing} not in the obs columns {list(self.columns)}"
-            raise KeyError(msg)
+            raise UnknownKeyError(msg)
         if cells is None:
             frame = super().to_memory(copy=copy)
             return frame if columns is None else frame[names]
@@ -424,12 +424,12 @@ class _Iloc:
                 )
             else:
                 msg = f"too many indexers for a lazy obs: {len(key)} (rows and columns at most)"
-                raise IndexError(msg)
+                raise OutOfRangeError(msg)
         if is_integer(key):
             n = len(frame)
             if not -n <= key < n:
                 msg = f"row {key} is out of range for {n:,} rows"
-                raise IndexError(msg)
+                raise OutOfRangeError(msg)
             return frame._subset(np.array([key % n])).to_memory().iloc[0]
         if isinstance(key, pd.Series | pd.Index):
             key = key.to_numpy()
@@ -458,7 +458,7 @@ class _Loc:
             if (positions < 0).any():
                 missing = np.asarray([rows] if single else list(rows), dtype=object)[positions < 0]
                 msg = f"{missing.tolist()[:10]} not in the obs names"
-                raise KeyError(msg)
+                raise UnknownKeyError(msg)
             if single:
                 row = frame.iloc[int(positions[0])]
                 return row if isinstance(columns, slice) and columns == slice(None) else row[columns]

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltacells.errors import UnknownKeyError
 from deltacells.format import INDEX_COLUMN
 from deltacells.io._names import default_names
 
@@ -83,13 +84,13 @@ class ObsSource:
     def values(self, name: str, cells: np.ndarray | None) -> Any:
         """Column ``name`` for ``cells`` (``None``: every cell), as numpy or a pandas array."""
         if self.obs_store is None:
-            raise KeyError(name)
+            raise UnknownKeyError(name)
         return self.obs_store.take(name, cells)
 
     def dtype(self, name: str) -> Any:
         """The dtype :meth:`values` gives for column ``name``, found without reading it."""
         if self.obs_store is None:
-            raise KeyError(name)
+            raise UnknownKeyError(name)
         return self.obs_store.dtype(name)
 
     def names(self, cells: np.ndarray | None) -> pd.Index:

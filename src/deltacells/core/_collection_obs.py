@@ -25,12 +25,18 @@ import pyarrow.compute as pc
 from deltacells._threads import map_members
 from deltacells.errors import UnknownKeyError
 from deltacells.format import INDEX_COLUMN
-from deltacells.obs._cache import ObsStore
-from deltacells.obs._concat import as_joined, empty_values, joined_dtypes, missing_values, renumbered
-from deltacells.obs._dtypes import default_string_dtype
+from deltacells.obs import (
+    ObsStore,
+    as_joined,
+    default_string_dtype,
+    empty_values,
+    joined_dtypes,
+    missing_values,
+    renumbered,
+)
 
 if TYPE_CHECKING:
-    from deltacells.core import Collection
+    from deltacells.core._collection import Collection
 
 __all__ = ["CollectionObs"]
 
