@@ -19,7 +19,7 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.core import _append as append_module
+from deltacells.core import _commit as commit_module
 from deltacells.core import open_dataset
 from deltacells.errors import FormatError, InvalidValueError
 from deltacells.format import APPEND_PREFIX, MANIFEST_NAME
@@ -200,7 +200,7 @@ def test_a_pending_commit_reads_as_the_new_version_and_is_finished_next(
     def killed(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # the writer dies right after its commit, before moving anything
 
-    monkeypatch.setattr(append_module, "roll_forward", killed)
+    monkeypatch.setattr(commit_module, "roll_forward", killed)
     with pytest.raises(KeyboardInterrupt):
         deltacells.write_deltacells(parts[1], path, append=True, progress=False)
     monkeypatch.undo()

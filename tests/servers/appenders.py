@@ -66,11 +66,11 @@ def append_and_die_before_commit(url: str, storage_options: dict[str, Any] | Non
     import os
 
     import deltacells
-    from deltacells.core import _append
+    from deltacells.core import _commit
 
     def die(*args: Any) -> None:
         os._exit(9)
 
-    _append._check_staged = die
+    _commit._check_staged = die
     deltacells.write_deltacells(batch(start, n), url, append=True, progress=False, storage_options=storage_options)
     os._exit(0)  # not reached

@@ -22,6 +22,7 @@ from tests.servers.appenders import append_batch, batch
 
 import deltacells
 from deltacells.core import _append as append_module
+from deltacells.core import _commit as commit_module
 from deltacells.core._commit import read_for_commit, roll_forward
 from deltacells.errors import CommitConflictError, StorageError
 from deltacells.format import tile_path
@@ -178,7 +179,7 @@ def test_a_late_mover_never_puts_back_an_older_version(
     parts = [batch(0, BASE, obsm=True), batch(1000, PER_WRITER, obsm=True), batch(2001, 7, obsm=True)]
     deltacells.write_deltacells(parts[0], url, tile_size=TILE, progress=False, storage_options=options)
     with monkeypatch.context() as killed:  # the first appender commits, then stops before moving anything
-        killed.setattr(append_module, "roll_forward", lambda *args: None)
+        killed.setattr(commit_module, "roll_forward", lambda *args: None)
         deltacells.write_deltacells(parts[1], url, append=True, progress=False, storage_options=options)
     manifest, version, commit = read_for_commit(FsspecStore(url, options))
     assert commit.pending
@@ -243,9 +244,9 @@ def test_an_append_never_commits_on_top_of_a_pending_commit(
     parts = [batch(0, BASE), batch(1000, PER_WRITER), batch(2001, 7), batch(3000, 10)]
     deltacells.write_deltacells(parts[0], url, tile_size=TILE, progress=False, storage_options=options)
     with monkeypatch.context() as killed:  # commit 1's writer commits, then stops before moving anything
-        killed.setattr(append_module, "roll_forward", lambda *args: None)
+        killed.setattr(commit_module, "roll_forward", lambda *args: None)
         deltacells.write_deltacells(parts[1], url, append=True, progress=False, storage_options=options)
-    finish = append_module.roll_forward
+    finish = commit_module.roll_forward
     slow: list[tuple[LateMover, threading.Thread]] = []
     errors: list[BaseException] = []
 
@@ -254,16 +255,16 @@ def test_an_append_never_commits_on_top_of_a_pending_commit(
         if slow:
             return
         with monkeypatch.context() as inner:  # another writer commits 2 on top of the finished commit 1...
-            inner.setattr(append_module, "roll_forward", lambda *args: None)
+            inner.setattr(commit_module, "roll_forward", lambda *args: None)
             deltacells.write_deltacells(parts[2], url, append=True, progress=False, storage_options=options)
         manifest, version, commit = read_for_commit(FsspecStore(url, options))
         assert commit.pending
         mover = late_store(LateHead, client, url, options, tile_path(manifest.n_tiles - 1))  # ... and is slow
         slow.append((mover, _move_late(mover, manifest, version, commit, errors)))
 
-    monkeypatch.setattr(append_module, "roll_forward", finish_while_another_commits)
+    monkeypatch.setattr(commit_module, "roll_forward", finish_while_another_commits)
     deltacells.write_deltacells(parts[3], url, append=True, progress=False, storage_options=options)
-    monkeypatch.setattr(append_module, "roll_forward", finish)
+    monkeypatch.setattr(commit_module, "roll_forward", finish)
     [(mover, thread)] = slow
     mover.go.set()
     thread.join(60)

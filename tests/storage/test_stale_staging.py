@@ -24,7 +24,7 @@ from tests.servers.appenders import append_and_die_before_commit, batch
 import deltacells
 from deltacells._numbers import format_age, parse_age
 from deltacells.cli import main
-from deltacells.core import _append as append_module
+from deltacells.core import _commit as commit_module
 from deltacells.core._commit import read_for_commit
 from deltacells.errors import StorageError
 from deltacells.format import APPEND_PREFIX, STAGING_PREFIX
@@ -98,7 +98,7 @@ def test_a_live_appenders_staging_is_never_removed(s3_bucket: S3Bucket, monkeypa
     objects were removed while it paused longer than the bound refuses to commit (the dataset is unchanged)."""
     url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
     deltacells.write_deltacells(batch(0, 20), url, tile_size=TILE, progress=False, storage_options=options)
-    check = append_module._check_staged
+    check = commit_module._check_staged
     staged, go = threading.Event(), threading.Event()
 
     def pause_before_commit(*args: Any) -> None:
@@ -106,7 +106,7 @@ def test_a_live_appenders_staging_is_never_removed(s3_bucket: S3Bucket, monkeypa
         assert go.wait(60)
         check(*args)
 
-    monkeypatch.setattr(append_module, "_check_staged", pause_before_commit)
+    monkeypatch.setattr(commit_module, "_check_staged", pause_before_commit)
     outcome: list[BaseException | None] = []
 
     def append(start: int) -> None:
@@ -145,12 +145,12 @@ def test_the_pending_commits_prefix_is_part_of_the_dataset(tmp_path: Path) -> No
     path = tmp_path / "ds.deltacells"
     deltacells.write_deltacells(batch(0, 20), path, tile_size=TILE, progress=False)
     store = open_store(path)
-    real_roll_forward = append_module.roll_forward
-    append_module.roll_forward = lambda *args: None  # killed right after its commit: nothing moved
+    real_roll_forward = commit_module.roll_forward
+    commit_module.roll_forward = lambda *args: None  # killed right after its commit: nothing moved
     try:
         deltacells.write_deltacells(batch(1000, 30), path, append=True, progress=False)
     finally:
-        append_module.roll_forward = real_roll_forward
+        commit_module.roll_forward = real_roll_forward
     _, _, commit = read_for_commit(store)
     assert commit.pending and commit.staging is not None
     assert find_staging(store, keep=commit.staging) == []

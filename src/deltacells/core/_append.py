@@ -9,37 +9,24 @@ one obs shard of the dataset, whatever the dataset's size (the obs names are rea
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltacells.core._commit import (
-    check_conditional_writes,
-    read_for_commit,
-    reading_store,
-    roll_forward,
-    with_commit,
-    writer_lock,
-)
+from deltacells.core._commit import begin_version, check_conditional_writes, reading_store, writer_lock
 from deltacells.core._listed import listed_objects_problems
-from deltacells.core._output import remove_stale_staging
-from deltacells.errors import CommitConflictError, FormatError, InvalidValueError, StorageError
+from deltacells.errors import CommitConflictError, FormatError, InvalidValueError
 from deltacells.format import (
-    APPEND_PREFIX,
-    MANIFEST_NAME,
-    Commit,
     Manifest,
     decode_checked_tile,
     first_problem_raises,
     tile_path,
 )
-from deltacells.storage import BaseStore, PrefixStore
+from deltacells.storage import BaseStore
 from deltacells.tiles import TileWriter, permute_columns
 
 if TYPE_CHECKING:
@@ -142,73 +129,27 @@ def append_cells(
 def _append_once(
     store: BaseStore, request: AppendRequest, *, threads: int | None, progress: Callable[[int], None] | None
 ) -> Manifest:
-    base, version, commit = read_for_commit(store)
-    while commit.pending:  # a writer was killed after its commit (or is still moving): finish it first
-        # and finish any commit made meanwhile too: a commit never lands on a pending one, whose mover, if late,
-        # would find its staged objects still there and put them back over this commit's (see _commit._settle)
-        roll_forward(store, base, version, commit)
-        base, version, commit = read_for_commit(store)
-    if store.is_local:  # under the lock: every staging prefix there is a killed writer's
-        remove_stale_staging(store)
-    columns = np.asarray(request.columns)
-    if columns.shape != (base.n_genes,):
-        msg = f"the new cells have {columns.shape[0]} genes; the dataset has {base.n_genes}"
-        raise InvalidValueError(msg)
-    if base.has_obs and request.obs is None:
-        msg = "the dataset has obs: the new cells need theirs"
-        raise InvalidValueError(msg)
-    if request.n_cells == 0:  # nothing to add: no new version (a commit would only rewrite the manifest)
-        return base
-    _check_listed_objects(store, base)
-
-    staging = f"{APPEND_PREFIX}{uuid.uuid4().hex}"
-    target = PrefixStore(store, staging)
-    new_commit = Commit(version=commit.version + 1, id=uuid.uuid4().hex, staging=staging)
-    try:
+    with begin_version(store) as new:
+        base = new.base
+        columns = np.asarray(request.columns)
+        if columns.shape != (base.n_genes,):
+            msg = f"the new cells have {columns.shape[0]} genes; the dataset has {base.n_genes}"
+            raise InvalidValueError(msg)
+        if base.has_obs and request.obs is None:
+            msg = "the dataset has obs: the new cells need theirs"
+            raise InvalidValueError(msg)
+        if request.n_cells == 0:  # nothing to add: no new version (a commit would only rewrite the manifest)
+            return base
+        _check_listed_objects(store, base)
         try:
-            manifest, objects = _stage(store, target, base, request, new_commit.version, threads, progress)
+            manifest, objects = _stage(store, new.target, base, request, new.number, threads, progress)
         except FormatError as exc:  # the last tile or shard read changed under us: another writer committed
-            if store.read_versioned(MANIFEST_NAME)[1] == version:
+            if not new.base_changed():
                 raise
             msg = f"{store.url}: another writer committed first (while this append read {exc})"
             raise CommitConflictError(msg) from exc
-        pending = with_commit(manifest, replace(new_commit, objects=tuple(objects)))
-        target.sync()
-        _check_staged(store, staging, objects)
-        text = pending.to_json().encode()
-        try:
-            written = store.write_if(MANIFEST_NAME, text, version=version)
-        except CommitConflictError:
-            _, now_version, now_commit = read_for_commit(store)
-            if now_commit.id != new_commit.id:  # not ours that a retried request reported as a conflict
-                raise
-            written = now_version
-        store.sync(MANIFEST_NAME)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            store.delete(staging)
-        raise
-    roll_forward(store, pending, written, replace(new_commit, objects=tuple(objects)))
-    return with_commit(manifest, new_commit.done())
-
-
-def _check_staged(store: BaseStore, staging: str, objects: Sequence[str]) -> None:
-    """Before the commit on an object store: every staged object is still there (one LIST of the prefix).
-
-    ``deltacells validate --remove-staging`` removes only prefixes untouched for longer than its bound, which a
-    live appender's is not; this check keeps an appender paused for longer than that (a suspended process) from
-    committing objects that were removed meanwhile.
-    """
-    if store.is_local:  # under the writer lock: nothing else removes the prefix
-        return
-    there = {o.path[len(staging) + 1 :] for o in store.objects_under(staging)}
-    missing = [path for path in objects if path not in there and not any(p.startswith(f"{path}/") for p in there)]
-    if missing:
-        msg = (
-            f"{store.url}/{staging}: {len(missing)} staged objects (e.g. {missing[0]}) were removed before this append "
-            "committed; the dataset is unchanged; append again"
-        )
-        raise StorageError(msg)
+        new.commit(manifest, objects)
+    return new.settle()
 
 
 def _check_listed_objects(store: BaseStore, base: Manifest) -> None:

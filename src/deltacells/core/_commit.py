@@ -36,11 +36,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from deltacells.core._output import remove_stale_staging
 from deltacells.errors import CommitConflictError, MissingObjectError, StorageError
 from deltacells.format import (
+    APPEND_PREFIX,
     EXTRAS_NAME,
     LOCK_NAME,
     MANIFEST_NAME,
@@ -52,10 +55,12 @@ from deltacells.format import (
     first_problem_raises,
     tile_path,
 )
-from deltacells.storage import BaseStore, fsync_path
+from deltacells.storage import BaseStore, PrefixStore, fsync_path
 
 __all__ = [
+    "NewVersion",
     "PendingCommitStore",
+    "begin_version",
     "check_conditional_writes",
     "commit_entry",
     "read_for_commit",
@@ -120,8 +125,6 @@ def check_conditional_writes(store: BaseStore) -> None:
     if not store.atomic_conditional_writes:
         msg = f"{store.url}: this store cannot write conditionally in one atomic step; {advice}"
         raise StorageError(msg)
-    import uuid
-
     probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
     try:
         store.write_if(probe, b"1", version=None)
@@ -171,6 +174,130 @@ def read_for_commit(store: BaseStore) -> tuple[Manifest, str, Commit]:
     text, version = store.read_versioned(MANIFEST_NAME)
     manifest = Manifest.from_json(text, where=f"{store.url.rstrip('/')}/{MANIFEST_NAME}")
     return manifest, version, commit_entry(manifest, store.url)
+
+
+class NewVersion:
+    """One attempt at a new version of a dataset: :func:`begin_version`, then stage, :meth:`commit`, :meth:`settle`.
+
+    The protocol's invariant lives here: the version begins on a *settled* manifest (every pending commit it
+    read finished first), so no commit ever lands on a pending one (which :func:`_settle` relies on). Used as
+    a context manager, an attempt that fails before its commit removes its staging prefix; once committed, the
+    prefix is the pending commit's and stays until :meth:`settle` (or the next writer) moves it.
+
+    Attributes
+    ----------
+    store
+        The dataset's root.
+    base
+        The settled manifest the new version grows.
+    base_tag
+        Its version tag, which the commit's conditional write must still find.
+    commit_entry
+        The new version's commit entry (number, id, staging prefix), without its objects yet.
+    target
+        Where to stage the new version's objects: the staging prefix, at their paths in the dataset.
+    """
+
+    def __init__(self, store: BaseStore, base: Manifest, base_tag: str, previous: Commit) -> None:
+        self.store = store
+        self.base = base
+        self.base_tag = base_tag
+        staging = f"{APPEND_PREFIX}{uuid.uuid4().hex}"
+        self.commit_entry = Commit(version=previous.version + 1, id=uuid.uuid4().hex, staging=staging)
+        self.target: BaseStore = PrefixStore(store, staging)
+        self._committed: tuple[Manifest, str] | None = None
+
+    @property
+    def number(self) -> int:
+        """The new version's number (the base's plus one)."""
+        return self.commit_entry.version
+
+    def base_changed(self) -> bool:
+        """Whether another writer has committed since this attempt began."""
+        return self.store.read_versioned(MANIFEST_NAME)[1] != self.base_tag
+
+    def commit(self, manifest: Manifest, objects: Sequence[str]) -> None:
+        """Commit ``manifest`` (the new version, its staged ``objects`` named): the conditional write.
+
+        Raises
+        ------
+        CommitConflictError
+            If another writer committed first (nothing of this attempt is visible; the context removes its prefix).
+        StorageError
+            On an object store, if staged objects were removed meanwhile (see :func:`_check_staged`).
+        """
+        entry = dataclasses.replace(self.commit_entry, objects=tuple(objects))
+        pending = with_commit(manifest, entry)
+        self.target.sync()
+        _check_staged(self.store, entry)
+        try:
+            written = self.store.write_if(MANIFEST_NAME, pending.to_json().encode(), version=self.base_tag)
+        except CommitConflictError:
+            _, now_tag, now_commit = read_for_commit(self.store)
+            if now_commit.id != entry.id:  # not ours that a retried request reported as a conflict
+                raise
+            written = now_tag
+        self._committed = (pending, written)
+        self.store.sync(MANIFEST_NAME)
+
+    def settle(self) -> Manifest:
+        """Move the committed objects to their places and finish the commit; the new version's manifest."""
+        assert self._committed is not None, "settle() comes after commit()"
+        pending, written = self._committed
+        entry = commit_entry(pending, self.store.url)
+        roll_forward(self.store, pending, written, entry)
+        return with_commit(pending, entry.done())
+
+    def __enter__(self) -> NewVersion:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if error is not None and self._committed is None:
+            with contextlib.suppress(Exception):
+                self.store.delete(self.commit_entry.staging or "")
+
+
+def begin_version(store: BaseStore) -> NewVersion:
+    """Begin a new version of the dataset at ``store``: read its manifest, finishing every pending commit first.
+
+    A writer killed after its commit (or one still moving) left the manifest pending: it is rolled forward, and
+    the manifest read again, until it is not pending. On a local disk (the caller holds the writer lock) the
+    staging prefixes of killed writers are removed too.
+
+    Raises
+    ------
+    MissingObjectError
+        If there is no manifest.
+    FormatError
+        If it is malformed.
+    """
+    base, tag, commit = read_for_commit(store)
+    while commit.pending:
+        roll_forward(store, base, tag, commit)
+        base, tag, commit = read_for_commit(store)
+    if store.is_local:  # under the lock: every staging prefix there is a killed writer's
+        remove_stale_staging(store)
+    return NewVersion(store, base, tag, commit)
+
+
+def _check_staged(store: BaseStore, entry: Commit) -> None:
+    """Before the commit on an object store: every staged object is still there (one LIST of the prefix).
+
+    ``deltacells validate --remove-staging`` removes only prefixes untouched for longer than its bound, which a
+    live appender's is not; this check keeps an appender paused for longer than that (a suspended process) from
+    committing objects that were removed meanwhile.
+    """
+    if store.is_local:  # under the writer lock: nothing else removes the prefix
+        return
+    staging = entry.staging or ""
+    there = {o.path[len(staging) + 1 :] for o in store.objects_under(staging)}
+    missing = [p for p in entry.objects if p not in there and not any(q.startswith(f"{p}/") for q in there)]
+    if missing:
+        msg = (
+            f"{store.url}/{staging}: {len(missing)} staged objects (e.g. {missing[0]}) were removed before this "
+            "append committed; the dataset is unchanged; append again"
+        )
+        raise StorageError(msg)
 
 
 def roll_forward(store: BaseStore, manifest: Manifest, version: str, commit: Commit) -> None:
