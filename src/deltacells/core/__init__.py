@@ -14,6 +14,7 @@ from deltacells.core._indexing import normalize_rows
 from deltacells.core._listed import listed_objects_problems, sizes_checked
 from deltacells.core._open import open_dataset
 from deltacells.core._output import check_output, holds_dataset
+from deltacells.core._rows import RowSource
 from deltacells.core._sizes import sidecar_bytes
 from deltacells.core._writer import DatasetWriter
 
@@ -26,6 +27,7 @@ __all__ = [
     "CollectionObs",
     "Dataset",
     "DatasetWriter",
+    "RowSource",
     "open_dataset",
     "sidecar_bytes",
     # the dtype reads give: float32 for a dataset that records none; several datasets' as anndata.concat's

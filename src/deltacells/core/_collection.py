@@ -8,7 +8,9 @@ reads each member's share (only the tiles holding them), and stacks the parts in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -256,7 +258,7 @@ class Collection:
         """``int64[n_tiles]``: the bytes of each tile of each dataset."""
         return np.concatenate([np.asarray(m.manifest.tile_bytes, dtype=np.int64) for m in self.members])
 
-    def chunk_starts(self, cache_dir: Any = None) -> np.ndarray:
+    def chunk_starts(self, cache_dir: str | os.PathLike[str] | None = None) -> np.ndarray:
         """The first cell of each chunk of each dataset's tiles (in the collection's numbers), then the cells.
 
         See :meth:`~deltacells.Dataset.chunk_starts`.
@@ -265,7 +267,7 @@ class Collection:
         parts = [own + offset for own, offset in zip(starts, self.offsets, strict=False)]
         return np.concatenate([*parts, [self.n_cells]]).astype(np.int64)
 
-    def submit_tile_fetch(self, tile: int) -> Any:
+    def submit_tile_fetch(self, tile: int) -> Future[bytes]:
         """Start fetching the collection's tile ``tile`` whole (:meth:`~deltacells.Dataset.submit_tile_fetch`)."""
         offsets = self.tile_offsets
         member = int(np.searchsorted(offsets, tile, side="right")) - 1
@@ -279,7 +281,7 @@ class Collection:
         dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
-        fetched: Any = None,
+        fetched: Callable[[int], Future[bytes] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
         """As :meth:`~deltacells.Dataset.read_row_batches`: each dataset's cells read at once, then cut.
 
@@ -299,7 +301,8 @@ class Collection:
         for piece in pieces:
             m = int(members[piece[0]])
 
-            def in_member(tile: int, offset: int = int(tile_offsets[m])) -> Any:
+            def in_member(tile: int, offset: int = int(tile_offsets[m])) -> Future[bytes] | None:
+                assert fetched is not None  # passed on only then
                 return fetched(tile + offset)
 
             (part,) = self.members[m].read_row_batches(

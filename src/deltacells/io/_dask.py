@@ -33,7 +33,7 @@ from deltacells.io._dask_blocks import block_class, register_with_dask
 from deltacells.io._read_options import DEFAULT_READ_OPTIONS, ReadOptions
 
 if TYPE_CHECKING:
-    from deltacells.core import Collection, Dataset
+    from deltacells.core import Dataset, RowSource
     from deltacells.format import Manifest
     from deltacells.storage import BaseStore
 
@@ -244,7 +244,7 @@ def manifest_fingerprint(manifest: Manifest) -> str:
 
 
 def dask_array(
-    dataset: Dataset | Collection,
+    dataset: RowSource,
     dtype: np.dtype,
     chunks: Chunks,
     *,
@@ -274,7 +274,7 @@ def dask_array(
         raise ImportError(msg) from exc
 
     chunks = parse_chunks(chunks, allow_none=False)
-    from deltacells.core import Collection
+    from deltacells.core import Collection, Dataset
 
     if isinstance(dataset, Collection):
         members = [
@@ -282,6 +282,7 @@ def dask_array(
             for member in dataset.members
         ]
         return members[0] if len(members) == 1 else da.concatenate(members, axis=0)
+    assert isinstance(dataset, Dataset)  # the two kinds of row source
     register_with_dask()
     source = BlockSource.of(dataset, dtype, sparse_array=sparse_array, read_options=read_options)
     rows = row_chunks(dataset.manifest, chunks, source.dtype)

@@ -20,7 +20,7 @@ from deltacells.io._read_options import DEFAULT_READ_OPTIONS, ReadOptions
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from deltacells.core import Collection, Dataset
+    from deltacells.core import RowSource
 
 __all__ = ["TiledCSRDataset", "read_options_of", "with_read_options"]
 
@@ -28,7 +28,7 @@ __all__ = ["TiledCSRDataset", "read_options_of", "with_read_options"]
 READ_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64))
 
 
-def parse_read_dtype(dtype: DTypeLike | None, dataset: Dataset | Collection | None = None) -> np.dtype:
+def parse_read_dtype(dtype: DTypeLike | None, dataset: RowSource | None = None) -> np.dtype:
     """Check that ``dtype`` is one the reader offers: float32, int32, int64 or float64.
 
     ``None`` is the dataset's own dtype (docs/format.md, decision 9): the counts' as written, float32 for a dataset that
@@ -92,7 +92,7 @@ class TiledCSRDataset:
     #: What holds the matrix, a deltacells dataset (anndata's own CSR datasets say ``"zarr"`` or ``"hdf5"``).
     backend: ClassVar[str] = "deltacells"
 
-    def __init__(self, dataset: Dataset | Collection, dtype: DTypeLike | None = None) -> None:
+    def __init__(self, dataset: RowSource, dtype: DTypeLike | None = None) -> None:
         self._dataset = dataset
         self._dtype = parse_read_dtype(dtype, dataset)
         self._read_options = DEFAULT_READ_OPTIONS  # what read_deltacells was given (with_read_options)
@@ -111,7 +111,7 @@ class TiledCSRDataset:
     # ------------------------------------------------------------------ properties
 
     @property
-    def dataset(self) -> Dataset | Collection:
+    def dataset(self) -> RowSource:
         """The underlying :class:`~deltacells.Dataset` (or :class:`~deltacells.core.Collection`)."""
         return self._dataset
 

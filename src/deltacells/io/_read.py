@@ -451,6 +451,7 @@ def _dataset_of(adata: ad.AnnData) -> Dataset:
                 "read_deltacells([...], obs_columns=[...]) for more columns"
             )
             raise InvalidTypeError(msg)
+        assert isinstance(dataset, Dataset)  # the two kinds of row source
         return dataset
     source = source_of(counts)  # read with chunks=: a dask array of the dataset's blocks
     assert source is not None  # counts_of found one

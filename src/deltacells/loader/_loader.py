@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -17,7 +17,7 @@ from scipy import sparse
 
 from deltacells._checks import check_integer, check_names
 from deltacells._threads import default_threads
-from deltacells.core import Collection, CollectionObs
+from deltacells.core import Collection, CollectionObs, Dataset
 from deltacells.errors import InvalidValueError
 from deltacells.loader._fetch import TileFetches
 from deltacells.loader._order import Stream, part_of_order
@@ -29,7 +29,7 @@ from deltacells.obs import ObsStore
 if TYPE_CHECKING:
     import pandas as pd
 
-    from deltacells.core import Dataset
+    from deltacells.core import RowSource
 
 __all__ = ["Batch", "CellLoader"]
 
@@ -152,8 +152,9 @@ class CellLoader:
         initialised, else 0 and 1). Each rank gets a disjoint share of the cells every epoch.
     storage_options
         fsspec options for a path or URL.
-    cache_dir, verify
-        The obs cache, as for :func:`~deltacells.read_deltacells` (default: the AnnData's).
+    cache_dir, verify_obs
+        The obs cache, and whether obs shards are checked as they are copied into it, as for
+        :func:`~deltacells.read_deltacells` (default: the AnnData's cache).
     threads
         Threads decoding tiles (default: the usable CPUs).
     join, var_key, keys, label
@@ -199,7 +200,7 @@ class CellLoader:
         obs_columns: Sequence[str] = (),
         output: str = "scipy",
         dtype: DTypeLike = np.float32,
-        gene_order: str | None = None,
+        gene_order: Literal["original", "stored"] | None = None,
         block_size: int | str | None = None,
         buffer_size: int | None = None,
         group_tiles: int | None = None,
@@ -208,9 +209,9 @@ class CellLoader:
         world_size: int | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
-        verify: bool = True,
+        verify_obs: bool = True,
         threads: int | None = None,
-        join: str = "inner",
+        join: Literal["inner", "outer"] = "inner",
         var_key: str | None = None,
         keys: Sequence[str] | None = None,
         label: str | None = "dataset",
@@ -226,7 +227,7 @@ class CellLoader:
         self.prefetch = check_integer("prefetch", prefetch, minimum=1)
         self._source: LoaderSource = resolve_source(
             source, cells=cells, gene_order=gene_order, storage_options=storage_options, cache_dir=cache_dir,
-            verify=verify, threads=threads, join=join, var_key=var_key, keys=keys, label=label,
+            verify=verify_obs, threads=threads, join=join, var_key=var_key, keys=keys, label=label,
         )  # fmt: skip
         self.block_size: int | str = _block_size(block_size)
         default_buffer = max(DEFAULT_BUFFER_BATCHES * self.batch_size, DEFAULT_MIN_BUFFER)
@@ -252,7 +253,7 @@ class CellLoader:
     # ------------------------------------------------------------------ properties
 
     @property
-    def dataset(self) -> Dataset | Collection:
+    def dataset(self) -> RowSource:
         """The dataset read, in the gene order of the batches (or the collection of datasets)."""
         return self._source.dataset
 
@@ -681,6 +682,7 @@ class CellLoader:
                 dataset, source.keys or [], label=source.label, columns=self.obs_columns, names=False,
                 cache_dir=source.cache_dir, verify=source.verify,
             )  # fmt: skip
+        assert isinstance(dataset, Dataset)  # the two kinds of row source
         if dataset.manifest.n_obs_shards == 0:
             msg = f"obs_columns {list(self.obs_columns)} were asked for, but {dataset.store.url} has no obs"
             raise InvalidValueError(msg)
@@ -767,7 +769,7 @@ def _rank_and_world_size(rank: int | None, world_size: int | None) -> tuple[int,
     return rank, world_size
 
 
-def _default_group_tiles(dataset: Dataset | Collection) -> int:
+def _default_group_tiles(dataset: RowSource) -> int:
     """Tiles per group by default: none on a local disk; on object storage 64, or as many as 256 MiB hold."""
     if dataset.is_local:
         return 0

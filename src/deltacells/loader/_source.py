@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from deltacells.core import Collection, Dataset, normalize_rows, open_dataset
+from deltacells.core import Collection, Dataset, RowSource, normalize_rows, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.loader._plan import Blocks, BlockWeights
 from deltacells.obs import resolve_cache_dir
@@ -40,7 +40,7 @@ class LoaderSource:
         A collection's dataset names, and the obs column giving them (None for one dataset).
     """
 
-    dataset: Dataset | Collection
+    dataset: RowSource
     cells: np.ndarray | None
     genes: np.ndarray | None
     cache_dir: Any
@@ -113,7 +113,7 @@ def resolve_source(
     source: Any,
     *,
     cells: Any,
-    gene_order: str | None,
+    gene_order: Literal["original", "stored"] | None,
     storage_options: dict[str, Any] | None,
     cache_dir: Any,
     verify: bool,
@@ -153,23 +153,25 @@ def resolve_source(
         if isinstance(dataset, Collection):
             selected = _select(dataset.n_cells, rows, cells)
             return LoaderSource(dataset, selected, genes, cache_dir, verify, list(options.keys), options.label)
-        gene_order = gene_order or dataset.gene_order_mode
+        assert isinstance(dataset, Dataset)  # the two kinds of row source
+        order = gene_order or dataset.gene_order_mode  # the AnnData's, unless asked otherwise
     elif isinstance(source, Dataset):
-        dataset = source
+        dataset, order = source, gene_order or "original"
     elif isinstance(source, (str, os.PathLike)):
         dataset = open_dataset(source, storage_options=storage_options, threads=threads)
+        order = gene_order or "original"
     else:
         msg = (
             "source must be a dataset path or URL, a deltacells Dataset, or an AnnData from read_deltacells; "
             f"got {type(source).__name__}"
         )
         raise InvalidTypeError(msg)
-    dataset = dataset.with_gene_order(gene_order or "original")
+    dataset = dataset.with_gene_order(order)
     selected = _select(dataset.n_cells, rows, cells)
     return LoaderSource(dataset, selected, genes, cache_dir, verify)
 
 
-def _from_anndata(adata: ad.AnnData) -> tuple[Dataset | Collection, Any, np.ndarray | None, ReadOptions]:
+def _from_anndata(adata: ad.AnnData) -> tuple[RowSource, Any, np.ndarray | None, ReadOptions]:
     """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows, genes and read options."""
     from deltacells.io import TiledCSRDataset, counts_of, read_options_of, view_parts
 
