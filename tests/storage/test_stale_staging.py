@@ -34,8 +34,10 @@ from deltacells.validate import find_staging, remove_staging, validate_dataset
 TILE = 16
 
 
-def _killed_appender(url: str, options: dict[str, Any] | None) -> None:
+def _killed_appender(url: str, options: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run an appender in a fresh process that dies once its objects are staged."""
+    # the child imports tests.servers.appenders: spawned children start with the parent's sys.path
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     child = multiprocessing.get_context("spawn").Process(
         target=append_and_die_before_commit, args=(url, options, 1000, 40)
     )
@@ -44,11 +46,13 @@ def _killed_appender(url: str, options: dict[str, Any] | None) -> None:
     assert child.exitcode == 9
 
 
-def test_a_killed_appenders_staging_on_s3_is_reported_then_removed(s3_bucket: S3Bucket) -> None:
+def test_a_killed_appenders_staging_on_s3_is_reported_then_removed(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
     deltacells.write_deltacells(batch(0, 20), url, tile_size=TILE, progress=False, storage_options=options)
     before = open_store(url, options).read("manifest.json")
-    _killed_appender(url, options)
+    _killed_appender(url, options, monkeypatch)
     store = open_store(url, options)
     assert store.read("manifest.json") == before  # the dataset is the old version, whole
 
@@ -74,10 +78,10 @@ def test_a_killed_appenders_staging_on_s3_is_reported_then_removed(s3_bucket: S3
     assert got.n_obs == 25 and got.obs_names[-1] == "cell2004"  # the killed append's cells never landed
 
 
-def test_the_cli_reports_and_removes_by_age(s3_bucket: S3Bucket) -> None:
+def test_the_cli_reports_and_removes_by_age(s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
     url, options = f"{s3_bucket.url}/ds", s3_bucket.storage_options
     deltacells.write_deltacells(batch(0, 20), url, tile_size=TILE, progress=False, storage_options=options)
-    _killed_appender(url, options)
+    _killed_appender(url, options, monkeypatch)
     so = ["--storage-options", json.dumps(options)]
     runner = CliRunner()
     shown = runner.invoke(main, ["validate", url, "-q", *so])
