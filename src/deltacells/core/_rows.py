@@ -59,7 +59,7 @@ class RowSource(Protocol):
 
     @property
     def url(self) -> str:
-        """Where the cells are stored (a collection: its first dataset's)."""
+        """Where the cells are stored, for a collection its first dataset's location."""
         ...
 
     @property
@@ -69,7 +69,7 @@ class RowSource(Protocol):
 
     @property
     def threads(self) -> int | None:
-        """Threads its reads use (None: the usable CPUs)."""
+        """Threads its reads use, or None for the usable CPUs."""
         ...
 
     @property
