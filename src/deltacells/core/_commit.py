@@ -373,23 +373,10 @@ def _move_group(store: BaseStore, staged: str, path: str) -> None:
             store.delete(path)  # what a killed move copied of it
             store.move(staged, path)
         return
-    for name in _objects_under(store, staged):
+    for name in [o.path[len(staged) + 1 :] for o in store.objects_under(staged)]:
         with contextlib.suppress(MissingObjectError):  # moved already
             store.replace(f"{staged}/{name}", f"{path}/{name}")
     store.delete(staged)
-
-
-def _objects_under(store: BaseStore, prefix: str) -> list[str]:
-    """The objects under ``prefix`` of an object store, recursively, relative to it (an object lists nothing)."""
-    found: list[str] = []
-    pending = [""]
-    while pending:
-        relative = pending.pop()
-        names = store.list(f"{prefix}/{relative}".rstrip("/"))
-        if not names and relative:
-            found.append(relative)
-        pending.extend(f"{relative}/{name}".lstrip("/") for name in names)
-    return sorted(found)
 
 
 def sync_entries(store: BaseStore, paths: Sequence[str]) -> None:
