@@ -213,6 +213,14 @@ def test_sizeof_with_disk(files, both):
     assert "with_disk" in TiledCSRDataset.__doc__
 
 
+def test_sizeof_with_disk_is_that_of_the_anndata_read_into_memory(files, lazy):
+    # anndata's test_backed_sizeof: the size with the data on disk is the size in memory, obs and var included
+    # (reading var must not leave a hash table cached in its index that anndata's reader does not build).
+    in_memory = ad.read_h5ad(files[2])
+    assert lazy.__sizeof__(with_disk=True) == in_memory.__sizeof__()
+    assert lazy.var.index.memory_usage(deep=True) == in_memory.var.index.memory_usage(deep=True)
+
+
 def test_sizeof_with_disk_counts_a_lazy_layer_too(lazy):
     in_memory = _arrays_bytes(lazy.X.to_memory())
     lazy.layers["counts"] = lazy.X

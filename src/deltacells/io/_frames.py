@@ -131,12 +131,14 @@ def names_known_unique(dataset: Dataset, *, obs_names: bool, var: pd.DataFrame |
     """
     manifest = dataset.manifest
     obs_unique = not obs_names or not manifest.has_obs or obs_names_unique(manifest.metadata)
-    return obs_unique and (var is None or bool(var.index.is_unique))
+    # On a throwaway index: ``var.index.is_unique`` would leave a hash table in the cache of the index the
+    # user gets, which anndata's own readers do not (it counts in ``AnnData.__sizeof__``).
+    return obs_unique and (var is None or bool(pd.Index(var.index.array).is_unique))
 
 
 def in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
     """``var`` (stored order) in the order of the dataset's columns (the original order, if it reads in it)."""
-    order = dataset.gene_order() if dataset.gene_order_mode == "original" else None
+    order = dataset.gene_permutation() if dataset.gene_order == "original" else None
     if order is None:
         return var
     stored_of = np.empty_like(order)  # the inverse permutation, without a sort
