@@ -157,7 +157,7 @@ def _downstream(path: Path, repeat: int) -> dict[str, float]:
     dataset = deltacells.open_dataset(path)
     stored = dataset.read_rows(slice(None))
     columns = np.empty(dataset.n_genes, dtype=stored.indices.dtype)
-    columns[dataset.gene_order()] = np.arange(dataset.n_genes, dtype=stored.indices.dtype)
+    columns[dataset.gene_permutation()] = np.arange(dataset.n_genes, dtype=stored.indices.dtype)
     unsorted = sparse.csr_matrix((stored.data, columns[stored.indices], stored.indptr), shape=stored.shape)
     unsorted.has_sorted_indices = False
     canonical = dataset.with_gene_order("original").read_rows(slice(None))

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster; anndata's marks.
+"""Fixtures shared by every test directory: an obs cache that must stay unused, a dask cluster, numba's kernels
+loaded; anndata's marks.
 
 And a guard on memory: a test (its setup or its call) that takes its test process, or a process it started and
 waited for, past :data:`MAX_PEAK_RSS_BYTES` of peak resident memory fails, named (``$DELTACELLS_TEST_MAX_RSS_GB``
@@ -80,3 +81,11 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         distributed.Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def compiled_kernels() -> None:
+    """numba's compiled kernels, loaded in this process (until then reads and writes run their numpy versions)."""
+    from deltacells._kernel_loading import load_compiled_kernels
+
+    load_compiled_kernels()

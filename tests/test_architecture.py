@@ -34,7 +34,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_jit",
         "_json",
         "_kernel_loading",
-        "_lazy",
         "_memory",
         "_numbers",
         "_parquet",
@@ -81,7 +80,7 @@ LAZY_UNITS = frozenset({"__init__", "cli"})
 
 #: Imports of the package inside functions kept although they defer no third-party import: ``(importer, imported):
 #: why``. Every other one is at module level, defers a third-party import (numba, anndata, pandas...) that its
-#: module does not make, asks a lazy facade (a ``_LAZY`` table) for a name, or is in one of ``LAZY_UNITS``.
+#: module does not make (a facade's name standing for the module it lives in), or is in one of ``LAZY_UNITS``.
 FUNCTION_IMPORTS_ALLOWED: Mapping[tuple[str, str], str] = {
     ("deltacells.io._write", "deltacells.io._append"): (
         "appends only (append=True): keeps the append machinery (about 4 ms of imports) out of every write"
@@ -319,14 +318,21 @@ def private_violations(
 
 
 def lazy_tables(modules: Mapping[str, Path]) -> dict[str, dict[str, str]]:
-    """``{package: {name: module}}``: the ``_LAZY`` tables of the facades whose names load their module on first use."""
+    """``{package: {name: module}}``: what each facade's stub (``__init__.pyi``, read by lazy_loader) lists.
+
+    Such a facade's names load their module on first use: ``from .mod import name as name`` in the stub.
+    """
     tables = {}
-    for name, path in modules.items():
-        if path.name != "__init__.py":
+    for package, path in modules.items():
+        stub = path.with_suffix(".pyi")
+        if path.name != "__init__.py" or not stub.exists():
             continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets):
-                tables[name] = ast.literal_eval(node.value)
+        tables[package] = {
+            alias.name: f"{package}.{node.module}"
+            for node in ast.parse(stub.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+            for alias in node.names
+        }
     return tables
 
 
@@ -337,21 +343,18 @@ def _loads(
     is_package: bool,
     modules: Mapping[str, Path],
     tables: Mapping[str, Mapping[str, str]],
-) -> list[tuple[str, bool]]:
-    """The modules ``node`` loads, of the package or not, each with whether a lazy facade's name stands for it."""
+) -> list[str]:
+    """The modules ``node`` loads, of the package or not (a facade's name: the module its stub says it lives in)."""
     if isinstance(node, ast.Import):
-        return [(alias.name, False) for alias in node.names]
+        return [alias.name for alias in node.names]
     if not node.level and (node.module or "").split(".")[0] not in modules:
-        return [(node.module or "", False)]
+        return [node.module or ""]
     base = _from_base(node, importer, is_package=is_package)
     table = tables.get(base, {})
     loads = []
     for alias in node.names:
         module = f"{base}.{alias.name}"
-        if module in modules:
-            loads.append((module, False))
-        else:
-            loads.append((table[alias.name], True) if alias.name in table else (base, False))
+        loads.append(module if module in modules else table.get(alias.name, base))
     return list(dict.fromkeys(loads))
 
 
@@ -371,9 +374,9 @@ def function_import_problems(
     """A message per import of the package in a function that has no reason to be there.
 
     An import in a function defers loading its module until the call: worth it only when that defers a
-    third-party import (numba, anndata, pandas...) its module does not make, when it asks a lazy facade (a
-    ``_LAZY`` table: names whose modules load on first use, to keep importing the package cheap) for a name, or,
-    in ``lazy_units``, for start-up time. Never when the module is loaded anyway by then: by the module's own
+    third-party import (numba, anndata, pandas...) its module does not make, or, in ``lazy_units``, for start-up
+    time. A facade's name (each loads its module on first use, as its ``__init__.pyi`` stub says) stands for the
+    module it lives in. Never when the module is loaded anyway by then: by the module's own
     imports at module level, those of the modules these load, and those of every package enclosing them (an
     import runs the packages' ``__init__`` first). Only plain statements at module level count (not in an
     ``if`` or a ``try``).
@@ -381,7 +384,7 @@ def function_import_problems(
     modules = module_names(package_dir, package)
     tables = lazy_tables(modules)
     eager: dict[str, set[str]] = {}
-    in_functions: list[tuple[str, str, int, str, bool]] = []
+    in_functions: list[tuple[str, str, int, str]] = []
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -390,13 +393,13 @@ def function_import_problems(
             target
             for node in tree.body
             if isinstance(node, (ast.Import, ast.ImportFrom))
-            for target, _ in _loads(node, name, is_package=is_package, modules=modules, tables=tables)
+            for target in _loads(node, name, is_package=is_package, modules=modules, tables=tables)
         }
         in_functions.extend(
-            (where, name, node.lineno, target, lazy)
+            (where, name, node.lineno, target)
             for node, in_function, for_types in _import_nodes(tree.body)
             if in_function and not for_types
-            for target, lazy in _loads(node, name, is_package=is_package, modules=modules, tables=tables)
+            for target in _loads(node, name, is_package=is_package, modules=modules, tables=tables)
             if target in modules
         )
 
@@ -415,13 +418,12 @@ def function_import_problems(
         return {top for top in tops if top and top != package and top not in sys.stdlib_module_names}
 
     problems = []
-    for where, importer, line, imported, lazy in in_functions:
+    for where, importer, line, imported in in_functions:
         already = loaded(importer)
         if imported in already:
             problems.append(f"{where}:{line}: imports {imported}, loaded anyway: import it at module level")
         elif (
-            not lazy
-            and unit_of(importer) not in lazy_units
+            unit_of(importer) not in lazy_units
             and (importer, imported) not in allowed
             and not third_party(loaded(imported)) - third_party(already)
         ):
@@ -615,7 +617,8 @@ def test_the_checker_finds_imports_in_functions_that_defer_nothing(tmp_path):
             "pkg/low/__init__.py": "from pkg.low.a import f\n",
             "pkg/low/a.py": "import os\n\ndef f():\n    pass\n",
             "pkg/low/heavy.py": "import numpy\n",
-            "pkg/lazy/__init__.py": "_LAZY = {'g': 'pkg.lazy._g'}\n",
+            "pkg/lazy/__init__.py": "",
+            "pkg/lazy/__init__.pyi": "from ._g import g as g\n",
             "pkg/lazy/_g.py": "def g():\n    pass\n",
             "pkg/high/__init__.py": "",
             "pkg/high/b.py": (
@@ -627,7 +630,7 @@ def test_the_checker_finds_imports_in_functions_that_defer_nothing(tmp_path):
                 "def three():\n"
                 "    from pkg.low import heavy\n"  # line 7: defers numpy
                 "def four():\n"
-                "    from pkg.lazy import g\n"  # line 9: a name of a lazy facade
+                "    from pkg.lazy import g\n"  # line 9: a facade's name, standing for its module: defers nothing
                 "def five():\n"
                 "    import json\n"  # not of the package: not checked
             ),
@@ -638,7 +641,12 @@ def test_the_checker_finds_imports_in_functions_that_defer_nothing(tmp_path):
         "pkg/high/b.py:5: imports pkg.base in a function, deferring no third-party import: import it at module "
         "level (or allow it in FUNCTION_IMPORTS_ALLOWED, saying why)"
     )
-    assert function_import_problems(package_dir, "pkg", lazy_units=frozenset(), allowed={}) == [loaded, needless]
-    allowed = {("pkg.high.b", "pkg.base"): "why"}
+    facade_name = (
+        "pkg/high/b.py:9: imports pkg.lazy._g in a function, deferring no third-party import: import it at module "
+        "level (or allow it in FUNCTION_IMPORTS_ALLOWED, saying why)"
+    )
+    found = function_import_problems(package_dir, "pkg", lazy_units=frozenset(), allowed={})
+    assert found == [loaded, needless, facade_name]
+    allowed = {("pkg.high.b", "pkg.base"): "why", ("pkg.high.b", "pkg.lazy._g"): "why"}
     assert function_import_problems(package_dir, "pkg", lazy_units=frozenset(), allowed=allowed) == [loaded]
     assert function_import_problems(package_dir, "pkg", lazy_units=frozenset({"high"}), allowed={}) == [loaded]

@@ -65,7 +65,7 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
 def read_back(path: Path, cache: Path) -> ad.AnnData:
     """The tiles' matrix at ``path`` in memory as X (``extras=False``), genes back in the source's order, int32."""
     adata = dc.read_deltacells(path, cache_dir=cache, dtype="int32", extras=False)
-    if adata.X.dataset.gene_order() is not None:
+    if adata.X.dataset.gene_permutation() is not None:
         adata = dc.restore_gene_order(adata)
     return adata.to_memory()
 
@@ -837,7 +837,7 @@ def test_demo_in_a_temporary_directory():
 
 def test_demo_reports_the_level_a_preset_stands_for(tmp_path):
     """A preset name writes, and reports, the zstd level it stands for (the number, not the name)."""
-    from deltacells.codec._encode import ARCHIVE_LEVEL
+    from deltacells.codec import ARCHIVE_LEVEL
     from deltacells.demo import format_report, run_demo
 
     out = tmp_path / "demo.deltacells"
@@ -1060,7 +1060,7 @@ def test_an_unreadable_input_is_one_line(tmp_path):
 
 def test_convert_defaults_are_the_writers() -> None:
     """``deltacells convert`` writes with write_deltacells' own defaults (tile size, chunks a tile)."""
-    from deltacells.cli._convert import convert
+    from deltacells.cli import convert
     from deltacells.codec import DEFAULT_N_CHUNKS
     from deltacells.tiles import DEFAULT_TILE_SIZE
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -57,8 +58,12 @@ def test_public_names_resolve() -> None:
 
     for name in deltacells.__all__:
         assert getattr(deltacells, name) is not None
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+    with pytest.raises(AttributeError, match="(?i)no deltacells attribute nope"):  # lazy_loader's message
         _ = deltacells.nope
+    for package in ("core", "format", "io", "loader", "obs", "tiles"):  # every facade's names resolve too
+        facade = importlib.import_module(f"deltacells.{package}")
+        assert all(getattr(facade, name) is not None for name in facade.__all__), package
+        assert set(facade.__all__) <= set(dir(facade))
 
 
 def test_core_has_no_old_name() -> None:

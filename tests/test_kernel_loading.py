@@ -99,13 +99,12 @@ release.set()
 
 
 def test_malformed_input_waits_for_the_kernels_to_say_where(tmp_path, written) -> None:
-    from deltacells.codec._encode import encode_tile
+    from deltacells.codec import encode_tile
 
     blob = bytearray(encode_tile(np.array([0, 3]), np.array([1, 4, 6]), np.array([2, 3, 4]), 8, level=1))
     (tmp_path / "tile.bin").write_bytes(bytes(blob))
     code = f"""
-from deltacells.codec._decode import check_tile_bytes
-from deltacells.codec import _vectorised
+from deltacells.codec import _vectorised, check_tile_bytes
 tile = check_tile_bytes(open({str(tmp_path / "tile.bin")!r}, "rb").read())
 out = (np.empty(3, np.int32), np.empty(3, np.float32))
 gaps = np.array([1, 3, 0, 0, 0, 0], np.uint8)  # a zero gap inside the cell

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import deltacells
-from deltacells.codec._layout import TileHeader
+from deltacells.codec import TileHeader
 from deltacells.errors import DeltaCellsError
 from deltacells.format import MANIFEST_NAME, Manifest, tile_path
 from deltacells.obs import ObsStore
@@ -33,7 +33,7 @@ def read_everything(path: Path, cache: Path) -> None:
     """Everything a reader can be asked for: every cell, the gene order and names, var, every obs column."""
     dataset = deltacells.open_dataset(path)
     dataset.read_rows(dtype=np.int64)
-    dataset.gene_order()
+    dataset.gene_permutation()
     dataset.var_names()
     dataset.var_table()
     if dataset.manifest.has_obs:

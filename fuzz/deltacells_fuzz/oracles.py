@@ -248,7 +248,7 @@ class SchemaOracle:
 
     def __init__(self) -> None:
         import deltacells
-        from deltacells.obs import ObsSchema
+        from deltacells.format import ObsSchema
 
         self.deltacells = deltacells
         self.schema = ObsSchema

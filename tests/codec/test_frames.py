@@ -1,14 +1,15 @@
-"""zstd frames: the extent walked from block headers, and decompression into scratch buffers."""
+"""zstd frames: the extent walked from block headers, decompression into scratch buffers, and compression."""
 
 from __future__ import annotations
 
 import os
 import threading
 
+import numpy as np
 import pytest
 import zstandard
 
-from deltacells.codec._frames import decompress_scratch, frame_size
+from deltacells.codec._frames import compress_frame, decompress_scratch, frame_size
 from deltacells.errors import FormatError
 
 PAYLOADS = {
@@ -75,3 +76,17 @@ def test_scratch_is_per_thread_and_per_slot() -> None:
     thread.start()
     thread.join()
     assert bytes(first) == a and bytes(second) == b and seen["other"] == b
+
+
+def test_compress_frame_with_parameters_keeps_frames_valid() -> None:
+    """Parameters that would drop the content size or add a checksum are overridden: one frame, size declared."""
+    data = np.arange(50_000, dtype="<u2").tobytes()
+    params = zstandard.ZstdCompressionParameters.from_level(
+        19, window_log=20, enable_ldm=1, write_content_size=0, write_checksum=1
+    )
+    frame = compress_frame(data, params)
+    assert zstandard.get_frame_parameters(frame).content_size == len(data)
+    assert not zstandard.get_frame_parameters(frame).has_checksum
+    assert zstandard.ZstdDecompressor().decompress(frame, allow_extra_data=False) == data
+    # the thread's compressor follows the level asked for, not the last one used
+    assert compress_frame(data, 1) == zstandard.ZstdCompressor(level=1, write_content_size=True).compress(data)

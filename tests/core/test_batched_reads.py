@@ -16,17 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 from scipy import sparse
 
 import deltacells
-from deltacells._kernel_loading import load_compiled_kernels
-from deltacells.codec import _batch, _kernels
-from deltacells.codec._layout import GAPS_LEN, GAPS_OFF, HEADER_SIZE, NNZ_HI, NNZ_LO, TileHeader, read_chunk_table
+from deltacells.codec import HEADER_SIZE, NNZ_HI, NNZ_LO, TileHeader, _batch, read_chunk_table
 from deltacells.core import open_dataset
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path
 from deltacells.tiles import _into
 from deltacells.tiles._into import tile_groups
+
+#: Columns of the chunk table that deltacells.codec does not export (docs/format.md, "Chunk table").
+GAPS_OFF, GAPS_LEN = 4, 5
 
 N_CELLS, N_GENES, TILE = 3000, 60, 32  # 94 tiles, the last of 24 cells
 N_TILES = -(-N_CELLS // TILE)
@@ -120,9 +122,11 @@ def test_tile_groups() -> None:
         assert nnz[first:stop].sum() >= 100 and nnz[first : stop - 1].sum() < 100
 
 
-def test_the_runs_decode_what_the_chunks_decode_one_by_one(atlas: Path) -> None:
-    """The kernel call of a tile's small chunks writes what decoding them one by one writes."""
-    load_compiled_kernels()  # (until they are loaded, chunks decode one by one)
+def test_the_runs_decode_what_the_chunks_decode_one_by_one(atlas: Path, compiled_kernels: None) -> None:
+    """The kernel call of a tile's small chunks writes what decoding them one by one writes.
+
+    (With numba's kernels loaded: until then, chunks decode one by one.)
+    """
     columns = deltacells.codec.read_only(np.argsort(ORDER).astype(np.int32))
     for tile in (0, 17, N_TILES - 1):
         checked = deltacells.codec.check_tile_bytes((atlas / tile_path(tile)).read_bytes())
@@ -156,10 +160,16 @@ def _first_plain_chunk(table: np.ndarray) -> int:
     return int(np.flatnonzero(_batch.plain_chunks(table, np.arange(table.shape[0], dtype=np.int64)))[0])
 
 
+def _frame_header(blob: bytearray, offset: int, length: int) -> tuple[int, int]:
+    """``(header size, declared content size)`` of the zstd frame at ``blob[offset : offset + length]``."""
+    frame = bytes(blob[offset : offset + length])
+    return zstandard.frame_header_size(frame), zstandard.get_frame_parameters(frame).content_size
+
+
 def _declare_another_size(blob: bytearray, table: np.ndarray) -> None:
     chunk = _first_plain_chunk(table)
     offset, length = int(table[chunk, GAPS_OFF]), int(table[chunk, GAPS_LEN])
-    header, declared = _kernels.frame_header(np.frombuffer(bytes(blob), np.uint8), offset, length)
+    header, declared = _frame_header(blob, offset, length)
     assert declared == 2 * int(table[chunk, NNZ_HI] - table[chunk, NNZ_LO])
     field = 1 if declared < 256 else 2  # the content size ends the frame header (1 byte, or 2 less 256)
     blob[offset + header - field] ^= 0x01
@@ -168,7 +178,7 @@ def _declare_another_size(blob: bytearray, table: np.ndarray) -> None:
 def _break_a_block(blob: bytearray, table: np.ndarray) -> None:
     chunk = _first_plain_chunk(table)
     offset, length = int(table[chunk, GAPS_OFF]), int(table[chunk, GAPS_LEN])
-    header, _ = _kernels.frame_header(np.frombuffer(bytes(blob), np.uint8), offset, length)
+    header, _ = _frame_header(blob, offset, length)
     blob[offset + header] |= 0x06  # the first block's type: reserved (3)
 
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
-from deltacells.codec._partial import parse_tile
+from deltacells.codec import parse_tile
 from deltacells.core import Dataset, open_dataset
 
 N_CELLS, N_GENES, TILE, N_CHUNKS = 1000, 60, 125, 8

@@ -11,7 +11,7 @@ import pytest
 from scipy import sparse
 from tests.servers.stores import RemoteLookingStore
 
-from deltacells.codec._layout import CELL_HI, HEADER_SIZE
+from deltacells.codec import CELL_HI, HEADER_SIZE
 from deltacells.core import open_dataset
 from deltacells.errors import FormatError, MissingObjectError
 from deltacells.format import tile_path

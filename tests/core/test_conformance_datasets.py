@@ -35,7 +35,7 @@ def complete():
 @pytest.fixture(scope="module")
 def expected(complete, expected_original) -> np.ndarray:
     """X of ``complete`` in the dataset's column order (dense int64)."""
-    order = complete.gene_order()
+    order = complete.gene_permutation()
     assert order is not None
     return expected_original.toarray().astype(np.int64)[:, order]
 
@@ -50,7 +50,7 @@ def test_complete_manifest(complete, expected_original):
 
 
 def test_complete_gene_order_is_a_permutation(complete):
-    order = complete.gene_order()
+    order = complete.gene_permutation()
     assert order.dtype == np.int32
     np.testing.assert_array_equal(np.sort(order), np.arange(complete.n_genes))
     assert not np.array_equal(order, np.arange(complete.n_genes)), "the conformance data is reordered"
@@ -91,7 +91,7 @@ def test_complete_var_names_follow_gene_order(complete):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
     var = pd.read_parquet(DATASETS / "complete.expected_var.parquet")
-    assert complete.var_names() == [str(x) for x in var.index[complete.gene_order()]]
+    assert complete.var_names() == [str(x) for x in var.index[complete.gene_permutation()]]
 
 
 def _open_and_read(path: Path) -> None:

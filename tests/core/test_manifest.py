@@ -403,7 +403,7 @@ def test_flags_must_match_files(flagged_dataset, changes, remove, create, flag, 
 @pytest.mark.parametrize(
     ("remove", "read"),
     [
-        pytest.param("gene_order.npy", lambda ds: ds.gene_order(), id="gene_order"),
+        pytest.param("gene_order.npy", lambda ds: ds.gene_permutation(), id="gene_order"),
         pytest.param("var_names.txt", lambda ds: ds.var_names(), id="var_names"),
         pytest.param("tiles/tile_000000.dct", lambda ds: ds.read_rows(slice(0, 1)), id="tile"),
     ],

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from scipy import sparse
 
 import deltacells
-import deltacells.core._dataset as reader_module
+import deltacells.core._row_gathers as gathers_module
 from deltacells import FormatError
 from deltacells.core import Dataset, DatasetWriter, open_dataset
 from deltacells.errors import DeltaCellsWarning, MissingObjectError
@@ -490,13 +490,13 @@ def test_tile_cache_negative_rejected():
 
 def _spy_select_rows(monkeypatch) -> list[int]:
     calls: list[int] = []
-    original = reader_module._select_rows
+    original = gathers_module.select_rows
 
     def spy(tile, rows, dtype):
         calls.append(rows.shape[0])
         return original(tile, rows, dtype)
 
-    monkeypatch.setattr(reader_module, "_select_rows", spy)
+    monkeypatch.setattr(gathers_module, "select_rows", spy)
     return calls
 
 
@@ -822,7 +822,7 @@ def test_corruption_found_by_threaded_read(uneven, tmp_path):
 
 def test_sidecars_read(corruptible):
     ds = corruptible.open()
-    order = ds.gene_order()
+    order = ds.gene_permutation()
     assert order.dtype == np.int32
     np.testing.assert_array_equal(order, [8, 1, 0, 2, 7, 3, 6, 4, 5])
     assert ds.var_names() == [f"gene{i}" for i in order]
@@ -830,7 +830,7 @@ def test_sidecars_read(corruptible):
 
 def test_no_sidecars(uneven):
     ds = uneven.open()
-    assert ds.gene_order() is None
+    assert ds.gene_permutation() is None
     assert ds.var_names() is None
 
 
@@ -859,14 +859,14 @@ def test_bad_gene_order(corruptible, content):
     (corruptible.path / "gene_order.npy").write_bytes(content)
     ds = corruptible.open()
     with pytest.raises(FormatError, match=r"gene_order\.npy"):
-        ds.gene_order()
+        ds.gene_permutation()
     assert ds.read_rows([0]).shape == (1, 9)  # X does not depend on the sidecar
 
 
 def test_empty_gene_order_file(corruptible):
     (corruptible.path / "gene_order.npy").write_bytes(b"")
     with pytest.raises(FormatError, match=r"gene_order\.npy"):
-        corruptible.open().gene_order()
+        corruptible.open().gene_permutation()
 
 
 @pytest.mark.parametrize(

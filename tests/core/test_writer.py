@@ -364,7 +364,7 @@ def test_gene_order_applied(tmp_path, counts, assert_csr_equals):
     stored = np.load(path / "gene_order.npy", allow_pickle=False)
     assert stored.dtype == np.dtype("<i4")
     np.testing.assert_array_equal(stored, order)
-    np.testing.assert_array_equal(ds.gene_order(), order)
+    np.testing.assert_array_equal(ds.gene_permutation(), order)
     lines = (path / "var_names.txt").read_text(encoding="utf-8").split("\n")
     assert lines == [names[i] for i in order] + [""]
     assert ds.var_names() == [names[i] for i in order]
@@ -386,7 +386,7 @@ def test_no_gene_order_keeps_names_in_source_order(tmp_path, counts, assert_csr_
     _write_blocks(path, [counts], N_GENES, tile_size=TILE, var_names=names)
     ds = open_dataset(path)
     assert not (path / "gene_order.npy").exists()
-    assert ds.gene_order() is None
+    assert ds.gene_permutation() is None
     assert ds.var_names() == names.tolist()
     assert_csr_equals(ds.read_rows(), counts.toarray())
 
@@ -426,7 +426,7 @@ def test_overwrite_replaces_dataset(tmp_path, assert_csr_equals):
     assert sorted(_files(path)) == ["manifest.json", "tiles/tile_000000.dct", "tiles/tile_000001.dct"]
     ds = open_dataset(path)  # the old gene_order.npy / var_names.txt are gone, so the flags agree
     assert ds.shape == (3, 3)
-    assert ds.gene_order() is None
+    assert ds.gene_permutation() is None
     assert_csr_equals(ds.read_rows(), np.full((3, 3), 4))
 
 

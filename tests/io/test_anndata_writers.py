@@ -29,7 +29,7 @@ class Data:
         self.path = root / "data"
         self.cache = root / "cache"
         deltacells.write_deltacells(self.source, self.path, tile_size=TILE, progress=False)
-        self.order = np.asarray(self.read().X.dataset.gene_order())
+        self.order = np.asarray(self.read().X.dataset.gene_permutation())
         self.M = sparse.csr_matrix(self.source.X[:, self.order])  # in the dtype written (docs/format.md, decision 9)
         self.var = self.source.var.iloc[self.order]
 
@@ -74,7 +74,7 @@ def test_write_real_matrix(data, tmp_path, fmt, selection, assert_X_equal):
     assert_X_equal(back.X, data.source.X[rows][:, order_of_selection], sorted_indices=False)
     pd.testing.assert_frame_equal(back.obs, pd.DataFrame(expected.obs), check_index_type=False)
     pd.testing.assert_frame_equal(back.var, data.var.iloc[np.arange(N_GENES)[cols]], check_index_type=False)
-    np.testing.assert_array_equal(lazy.X.dataset.gene_order(), data.order)
+    np.testing.assert_array_equal(lazy.X.dataset.gene_permutation(), data.order)
     assert "deltacells" not in back.uns  # nothing of ours written out
 
 

@@ -14,14 +14,13 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import pytest
+from anndata.experimental.backed import Dataset2D
 
 import deltacells
-from deltacells.io import _read
-from deltacells.io._lazy_obs import CellNumbers, LazyObs
 
 sc = pytest.importorskip("scanpy")
 
-N_CELLS = _read.LAZY_OBS_MIN_CELLS + 48_576  # the atlas of tests/io/conftest.py
+N_CELLS = 1_000_000 + 48_576  # the atlas of tests/io/conftest.py: just above the lazy-obs threshold (a million)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def lazy(path: Path, cache: Path) -> ad.AnnData:
     adata = deltacells.read_deltacells(path, cache_dir=cache)
-    assert isinstance(adata.obs, LazyObs)  # the defaults: above the threshold, obs is lazy
+    assert isinstance(adata.obs, Dataset2D)  # the defaults: above the threshold, obs is lazy (xarray-backed)
     return adata
 
 
@@ -122,7 +121,7 @@ def test_subsample_then_scanpy_and_h5ad(lazy: ad.AnnData, eager: ad.AnnData, tmp
 
 
 def test_the_whole_atlas_reads_no_name(lazy: ad.AnnData, cache: Path) -> None:
-    assert isinstance(lazy.obs_names, CellNumbers)  # cell numbers: a RangeIndex, never a string per cell
+    assert isinstance(lazy.obs_names, pd.RangeIndex)  # cell numbers: a RangeIndex, never a string per cell
     assert lazy.obs_names.equals(pd.RangeIndex(N_CELLS))
 
 

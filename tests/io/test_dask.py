@@ -203,7 +203,7 @@ def test_blocks_are_what_to_memory_gives(path, tmp_path, sparse_array, dtype):
 def test_compute_equals_to_memory(path, tmp_path, source, gene_order):
     lazy = read(path, tmp_path, gene_order=gene_order)
     adata = read(path, tmp_path, gene_order=gene_order, chunks="tiles")
-    order = np.asarray(lazy.X.dataset.gene_order())
+    order = np.asarray(lazy.X.dataset.gene_permutation())
     assert not np.array_equal(order, np.arange(N_GENES))  # the writer did reorder the genes
     assert list(adata.var_names) == list(lazy.var_names)
     expected = lazy.X.to_memory()
@@ -296,7 +296,7 @@ def test_a_fresh_process_opens_the_dataset_once(path, tmp_path, monkeypatch, gen
         assert_same_csr(block, lazy[starts[k] : starts[k + 1]])
     assert len(opened) == 1
     (dataset,) = _dask._open.values()
-    assert dataset.gene_order_mode == gene_order
+    assert dataset.gene_order == gene_order
 
 
 def test_an_overwritten_dataset_is_refused(source, tmp_path, monkeypatch):

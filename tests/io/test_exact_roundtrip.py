@@ -120,7 +120,7 @@ def test_counts_in_raw_come_back_as_written(tmp_path: Path, dtype: str) -> None:
     assert_same_anndata(got.to_memory(), source)  # raw's varm too (beside the tiles: raw/varm/<key>)
     assert not validate_dataset(path).problems
     stored = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache", gene_order="stored")
-    order = stored.raw.X.dataset.gene_order()
+    order = stored.raw.X.dataset.gene_permutation()
     np.testing.assert_array_equal(stored.raw.varm["loadings"], full.varm["loadings"][order])  # in the tiles' order
 
 
@@ -281,7 +281,7 @@ def test_restore_gene_order_without_uns(tmp_path: Path) -> None:
     source = annotated(counts(np.int32))
     path = written(tmp_path, source)
     stored = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache", gene_order="stored")
-    order = stored.X.dataset.gene_order()
+    order = stored.X.dataset.gene_permutation()
     assert list(stored.var_names) == list(source.var_names[order])
     restored = deltacells.restore_gene_order(stored)
     assert_same_anndata(restored.to_memory(), source)

@@ -87,7 +87,7 @@ def test_round_trip(tmp_path: Path, counts: str, gene_order: str) -> None:
         got = read_back(tmp_path / "ds", tmp_path / "cache")
     else:
         got = deltacells.read_deltacells(tmp_path / "ds", cache_dir=tmp_path / "cache", gene_order="stored")
-        order = deltacells.io.counts_of(got).dataset.gene_order()  # what the AnnData in memory is restored with
+        order = deltacells.io.counts_of(got).dataset.gene_permutation()  # what the AnnData in memory is restored with
         if gene_order.endswith("in memory"):
             if counts == "raw":
                 pytest.skip("restore_gene_order(gene_order=) reorders X's genes; raw's are restored before to_memory")

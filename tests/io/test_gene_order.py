@@ -38,8 +38,8 @@ def test_default_is_the_source_order(written, tmp_path, assert_X_equal):
 def test_stored_order_is_an_option(written, tmp_path, assert_X_equal):
     src, path = written
     got = deltacells.read_deltacells(path, cache_dir=tmp_path / "cache", gene_order="stored")
-    order = np.asarray(got.X.dataset.gene_order())
-    assert got.X.dataset.gene_order_mode == "stored"
+    order = np.asarray(got.X.dataset.gene_permutation())
+    assert got.X.dataset.gene_order == "stored"
     assert list(got.var_names) == list(src.var_names[order])
     assert_X_equal(got.X, src.X[:, order])  # rows sorted, as stored
 
@@ -52,7 +52,7 @@ def test_restore_keeps_categories_exactly(written, tmp_path):
         assert list(adata.obs["only_x"].cat.categories) == ["z", "x", "y"]
         assert adata.obs["ranked"].cat.ordered
     assert list(restored.var_names) == list(src.var_names)
-    order = stored.X.dataset.gene_order()
+    order = stored.X.dataset.gene_permutation()
     memory = deltacells.restore_gene_order(stored[:50].to_memory(), gene_order=order)  # in memory: order given
     assert list(memory.var_names) == list(src.var_names)
     # a subset of cells drops unused categories as anndata does for any AnnData; restoring changes nothing more
@@ -78,7 +78,7 @@ def test_pickled_x_keeps_the_order(written, tmp_path):
 def test_dataset_level(written):
     src, path = written
     dataset = deltacells.open_dataset(path)
-    assert dataset.gene_order_mode == "stored"
+    assert dataset.gene_order == "stored"
     original = dataset.with_gene_order("original")
     assert original.with_gene_order("original") is original
     assert (original.read_rows(np.array([399, 0, 3])) != sparse.csr_matrix(src.X[[399, 0, 3]])).nnz == 0

@@ -32,7 +32,7 @@ class Data:
         self.cache = root / "cache"
         deltacells.write_deltacells(self.source, self.path, tile_size=TILE, progress=False)
         first = self.read()
-        self.order = np.asarray(first.X.dataset.gene_order())
+        self.order = np.asarray(first.X.dataset.gene_permutation())
         self.M = sparse.csr_matrix(self.source.X[:, self.order])  # in the dtype written (docs/format.md, decision 9)
         self.obs = self.source.obs
         self.var = self.source.var.iloc[self.order]

@@ -79,7 +79,7 @@ def test_fast_path_names(dataset, cache_dir, assert_X_equal, source):
     assert list(adata.obs_names) == [str(i) for i in range(N_CELLS)]
     assert pd.api.types.is_string_dtype(adata.obs_names.dtype)
     assert list(adata.obs.columns) == []
-    order = adata.X.dataset.gene_order()
+    order = adata.X.dataset.gene_permutation()
     assert_X_equal(adata[:7].X, source.X[:7][:, order])
 
 
@@ -187,7 +187,7 @@ def _set_manifest(path: Path, **fields: Any) -> None:
 
 def test_var_table(dataset, source, cache_dir):
     adata = read_stored(dataset, cache_dir=cache_dir, obs_columns=[])
-    order = adata.X.dataset.gene_order()
+    order = adata.X.dataset.gene_permutation()
     pd.testing.assert_frame_equal(adata.var, source.var.iloc[order], check_index_type=False)
     assert list(adata.var_names) == (dataset / "var_names.txt").read_text().splitlines()
 
@@ -209,7 +209,7 @@ def test_var_from_names_only(dataset, tmp_path, cache_dir, source):
     (path / "var.parquet").unlink()
     _set_manifest(path, has_var_table=False)
     adata = read_stored(path, cache_dir=cache_dir, obs_columns=[])
-    order = adata.X.dataset.gene_order()
+    order = adata.X.dataset.gene_permutation()
     assert list(adata.var_names) == list(source.var_names[order])
     assert list(adata.var.columns) == []
 
@@ -248,7 +248,7 @@ def test_conformance_complete(conformance, cache_dir, assert_X_equal):
         shape = tuple(npz["shape"])
         X = sparse.csr_matrix((npz["X_data"], npz["X_indices"], npz["X_indptr"]), shape=shape)
     order = np.load(conformance / "complete" / "gene_order.npy")
-    np.testing.assert_array_equal(adata.X.dataset.gene_order(), order)
+    np.testing.assert_array_equal(adata.X.dataset.gene_permutation(), order)
     assert adata.shape == shape
     assert_X_equal(adata.X, X[:, order], np.float32)  # it records no dtype: read as float32 (decision 9)
     rows = np.array([2599, 0, 1300, 7, 7])

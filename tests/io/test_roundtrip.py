@@ -37,7 +37,7 @@ def _check_full(
     assert isinstance(got.X, TiledCSRDataset)
     src = sparse.csr_matrix(source_X) if sparse.issparse(source_X) else sparse.csr_matrix(np.asarray(source_X))
     totals = np.asarray(src.sum(axis=0), dtype=np.float64).ravel()
-    order = np.asarray(got.X.dataset.gene_order())
+    order = np.asarray(got.X.dataset.gene_permutation())
     # DECISIONS 10: decreasing totals, ties in their original order.
     np.testing.assert_array_equal(order, np.argsort(-totals, kind="stable"))
     assert_X_equal(got.X, src[:, order])
@@ -52,7 +52,7 @@ def _check_full(
     default = deltacells.read_deltacells(
         path, cache_dir=Path(deltacells.io.read_options_of(got.X).cache_dir), extras=False
     )
-    assert default.X.dataset.gene_order_mode == "original"
+    assert default.X.dataset.gene_order == "original"
     assert_X_equal(default.X, src)
     assert_obs_equal(default.obs, source_obs)
     pd.testing.assert_frame_equal(default.var, source_var, check_index_type=False)
@@ -105,13 +105,13 @@ def test_settings_are_on_the_dataset_not_in_uns(roundtrip, small_adata, cache_di
     assert len(dataset.manifest.obs_fingerprint) == 24
     stored = np.load(path / "gene_order.npy")
     assert stored.dtype == np.dtype("<i4")
-    np.testing.assert_array_equal(dataset.gene_order(), stored)
+    np.testing.assert_array_equal(dataset.gene_permutation(), stored)
     assert dict(got.uns) == dict(small_adata.uns)  # nothing added
 
 
 def test_keep_gene_order(roundtrip, small_adata, assert_X_equal, assert_obs_equal):
     got, path = roundtrip(small_adata, reorder_genes=False)
-    assert got.X.dataset.gene_order() is None
+    assert got.X.dataset.gene_permutation() is None
     assert not (path / "gene_order.npy").exists()
     assert not deltacells.open_dataset(path).manifest.has_gene_order
     assert_X_equal(got.X, small_adata.X)
@@ -136,7 +136,7 @@ def test_ties_keep_their_order(roundtrip, assert_X_equal):
     X = sparse.csr_matrix(np.array([[1, 2, 0, 3], [2, 1, 3, 0]], dtype=np.int32))
     src = ad.AnnData(X=X, var=pd.DataFrame(index=["d", "c", "b", "a"]))
     got, _ = roundtrip(src)
-    np.testing.assert_array_equal(got.X.dataset.gene_order(), [0, 1, 2, 3])
+    np.testing.assert_array_equal(got.X.dataset.gene_permutation(), [0, 1, 2, 3])
     assert list(got.var_names) == ["d", "c", "b", "a"]
     assert_X_equal(got.X, X)
 
@@ -367,7 +367,7 @@ def _deltacells_backed(tmp: Path) -> Case:
     base = _base()
     deltacells.write_deltacells(base, tmp / "first", tile_size=128, progress=False)
     lazy = read_stored(tmp / "first", cache_dir=tmp / "cache0")
-    order = lazy.X.dataset.gene_order()
+    order = lazy.X.dataset.gene_permutation()
     # The source is the dataset itself (already in its own gene order); its uns entry is not reported.
     return Case(lazy, base.X[:, order], base.obs, base.var.iloc[order], {"tile_size": 50})
 
@@ -432,7 +432,7 @@ def test_sources(build, reorder, tmp_path, roundtrip, assert_X_equal, assert_obs
     if reorder:
         _check_full(got, path, case.X, case.obs, case.var, assert_X_equal, assert_obs_equal)
     else:
-        assert got.X.dataset.gene_order() is None
+        assert got.X.dataset.gene_permutation() is None
         assert_X_equal(got.X, case.X)
         assert_obs_equal(got.obs, case.obs)
         pd.testing.assert_frame_equal(got.var, case.var, check_index_type=False)
@@ -451,7 +451,7 @@ def test_fsspec_url(small_adata, cache_dir, assert_X_equal, assert_obs_equal):
         deltacells.write_deltacells(small_adata, url, tile_size=64, progress=False)
         got = read_stored(url, cache_dir=cache_dir)
         assert got.X.dataset.url.startswith("memory://")
-        order = got.X.dataset.gene_order()
+        order = got.X.dataset.gene_permutation()
         assert_X_equal(got[10:100].X, small_adata.X[10:100][:, order])
         assert_obs_equal(got.obs, small_adata.obs)
     finally:
@@ -500,7 +500,7 @@ def test_one_gene(roundtrip, assert_X_equal, assert_obs_equal, small_adata):
     src = small_adata[:, 3:4].copy()
     got, _ = roundtrip(src, tile_size=64)
     assert got.shape == (300, 1)
-    np.testing.assert_array_equal(got.X.dataset.gene_order(), [0])
+    np.testing.assert_array_equal(got.X.dataset.gene_permutation(), [0])
     assert_X_equal(got.X, src.X)
     assert_obs_equal(got.obs, src.obs)
     assert list(got.var_names) == list(src.var_names)

@@ -9,15 +9,14 @@ from scipy import sparse
 
 import deltacells
 from deltacells.cli import main
-from deltacells.codec._encode import ARCHIVE_LEVEL, DEFAULT_LEVEL
+from deltacells.codec import ARCHIVE_LEVEL, DEFAULT_LEVEL
 from deltacells.core import DatasetWriter, open_dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import InvalidTypeError, InvalidValueError
 from deltacells.io._sources import matrix_source
 from deltacells.io._write import gene_totals
 from deltacells.storage import open_store
-from deltacells.tiles import TileWriter, to_count_csr
-from deltacells.tiles._writer import permute_columns
+from deltacells.tiles import TileWriter, permute_columns, to_count_csr
 
 
 @pytest.fixture(scope="module")
@@ -118,12 +117,11 @@ def test_gene_totals_names_bad_counts(value, match, fmt) -> None:
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["transpositions", "radix-kernel"])
 @pytest.mark.parametrize("columns_dtype", [np.int32, np.int64])
-def test_permute_columns_sorts_and_leaves_the_input(monkeypatch, compiled: bool, columns_dtype: type) -> None:
+def test_permute_columns_sorts_and_leaves_the_input(request, monkeypatch, compiled: bool, columns_dtype: type) -> None:
     import deltacells.tiles._writer as tile_writer
-    from deltacells._kernel_loading import load_compiled_kernels
 
     if compiled:
-        load_compiled_kernels()
+        request.getfixturevalue("compiled_kernels")
     monkeypatch.setattr(tile_writer, "kernels_loaded", lambda: compiled)
     rng = np.random.default_rng(5)
     dense = rng.poisson(0.1, size=(200, 300)) * rng.integers(1, 100_000, size=(200, 300))

@@ -148,7 +148,7 @@ def test_drop_last(path, tmp_path):
 
 
 def test_stored_gene_order_is_the_stored_columns(source, path, tmp_path):
-    order = deltacells.open_dataset(path).gene_order()
+    order = deltacells.open_dataset(path).gene_permutation()
     batch = next(iter(loader(path, tmp_path, gene_order="stored", batch_size=64)))
     np.testing.assert_array_equal(batch.X.toarray(), rows(source, batch.index)[:, order])
 

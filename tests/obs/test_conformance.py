@@ -10,8 +10,8 @@ import pytest
 from obs_testlib import DATASETS, CountingStore
 
 from deltacells import FormatError
-from deltacells.format import Manifest, obs_fingerprint
-from deltacells.obs import ObsSchema, ObsStore
+from deltacells.format import Manifest, ObsSchema, obs_fingerprint
+from deltacells.obs import ObsStore
 
 if not (DATASETS / "complete").is_dir():
     pytest.skip(f"conformance datasets not found at {DATASETS}", allow_module_level=True)

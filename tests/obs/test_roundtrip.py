@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from obs_testlib import ObsDataset, manifest_for, refresh_manifest, tile_cells_for, write_obs_dataset
 
-from deltacells.obs import ObsStore, write_obs
-from deltacells.obs._dtypes import default_string_dtype, is_nan_string_dtype
+from deltacells.obs import ObsStore, default_string_dtype, write_obs
 from deltacells.storage import FsspecStore
 
 
@@ -260,7 +259,7 @@ def _string_column(draw: st.DrawFn, n: int) -> Any:
     if kind == "object":
         return np.array(values, dtype=object)
     if kind == "str":
-        if not is_nan_string_dtype(default_string_dtype()):
+        if not isinstance(default_string_dtype(), pd.StringDtype):  # pandas 2: text in object columns, no str
             return np.array(values, dtype=object)
         return pd.array(values, dtype=default_string_dtype())
     return pd.array(values, dtype=kind)

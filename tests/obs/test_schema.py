@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from deltacells import FormatError
-from deltacells.obs import ObsColumn, ObsSchema
+from deltacells.format import ObsColumn, ObsSchema
 
 GOOD: dict[str, Any] = {
     "format": "deltacells-obs",

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from obs_testlib import sample_frame
 
-from deltacells.obs import ObsSchema, write_obs
+from deltacells.format import ObsSchema
+from deltacells.obs import write_obs
 from deltacells.storage import FsspecStore
 
 

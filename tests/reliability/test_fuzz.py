@@ -26,7 +26,7 @@ from reliability_lib import FUZZ_DIR, FUZZ_SCRIPT
 import deltacells
 from deltacells import FormatError, Manifest
 from deltacells.codec import DecodedTile
-from deltacells.obs import ObsSchema
+from deltacells.format import ObsSchema
 
 CORPUS = Path(__file__).parent / "corpus"
 

@@ -23,7 +23,8 @@ from tests.servers.appenders import append_batch, batch
 import deltacells
 from deltacells.core import _append as append_module
 from deltacells.core import _commit as commit_module
-from deltacells.core._commit import read_for_commit, roll_forward
+from deltacells.core import read_for_commit
+from deltacells.core._commit import roll_forward
 from deltacells.errors import CommitConflictError, StorageError
 from deltacells.format import tile_path
 from deltacells.storage import BaseStore, FsspecStore, ObstoreStore

@@ -23,8 +23,7 @@ import deltacells
 from deltacells.core import open_dataset
 from deltacells.datasets import synthetic_counts
 from deltacells.errors import DatasetNotFoundError, StorageAccessError, StorageError, StorageTimeoutError
-from deltacells.storage import BaseStore, FsspecStore, ObstoreStore
-from deltacells.storage._faults import RetryPolicy
+from deltacells.storage import BaseStore, FsspecStore, ObstoreStore, RetryPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -22,10 +22,9 @@ from tests.servers import S3Bucket
 from tests.servers.appenders import append_and_die_before_commit, batch
 
 import deltacells
-from deltacells._numbers import format_age, parse_age
 from deltacells.cli import main
 from deltacells.core import _commit as commit_module
-from deltacells.core._commit import read_for_commit
+from deltacells.core import read_for_commit
 from deltacells.errors import StorageError
 from deltacells.format import APPEND_PREFIX, STAGING_PREFIX
 from deltacells.storage import open_store
@@ -200,22 +199,3 @@ def test_removal_waits_for_a_local_writer_and_makes_nothing_where_there_is_no_da
     refused = pytest.raises(StorageError, match="a writer is working on this dataset now")
     with FileLock(path / ".deltacells-lock"), refused:  # a writer at work
         remove_staging(path, older_than=0)
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1.5h", 5400), ("7d", 604800)]
-)
-def test_ages_parse(text: str, seconds: float) -> None:
-    assert parse_age(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "h", "-1h", "soon", "1w", "inf", "nan"])
-def test_bad_ages_say_what_to_give(text: str) -> None:
-    with pytest.raises(ValueError, match="not a duration.*30m, 2h or 7d"):
-        parse_age(text)
-
-
-def test_ages_print() -> None:
-    assert [format_age(s) for s in (None, 5, 600, 7300, 86400, 3 * 86400)] == [
-        "an unknown time", "5 s", "10 min", "2 h", "1 day", "3 days"
-    ]  # fmt: skip

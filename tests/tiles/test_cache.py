@@ -10,8 +10,7 @@ import pytest
 from scipy import sparse
 
 import deltacells
-from deltacells.codec import DecodedTile
-from deltacells.codec._partial import decode_chunks, parse_tile
+from deltacells.codec import DecodedTile, decode_chunks, parse_tile
 from deltacells.core import DatasetWriter
 from deltacells.tiles import TileCache
 from deltacells.tiles._cache import PROTECTED_SHARE

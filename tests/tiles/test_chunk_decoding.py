@@ -14,7 +14,7 @@ from tests.servers.stores import RemoteLookingStore
 
 import deltacells
 import deltacells.codec as codec_module
-from deltacells.codec._partial import parse_tile
+from deltacells.codec import parse_tile
 from deltacells.core import DatasetWriter
 from deltacells.errors import FormatError
 from deltacells.format import Manifest

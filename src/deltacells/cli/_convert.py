@@ -214,7 +214,7 @@ def _check_gene_names(dataset: Dataset, expected: list[str]) -> None:
     names = dataset.var_names()
     if names is None:
         return
-    order = dataset.gene_order()
+    order = dataset.gene_permutation()
     want = expected if order is None else [expected[j] for j in order]
     if names != want:
         with contextlib.suppress(OSError):

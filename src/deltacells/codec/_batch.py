@@ -41,7 +41,7 @@ from deltacells.codec._layout import (
 from deltacells.errors import FormatError, InvalidValueError
 
 if TYPE_CHECKING:
-    from deltacells.codec._decode import ByteSource
+    from deltacells.codec._sources import ByteSource
 
 __all__ = ["frame_sizes_ok", "plain_chunks", "try_decode_run", "try_decode_tiles"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from deltacells.codec._layout import (
     check_chunk_table,
     read_chunk_table,
 )
+from deltacells.codec._sources import BlobSource, ByteSource
 from deltacells.errors import FormatError, InvalidValueError, UnsupportedPlatformError
 
 if TYPE_CHECKING:
@@ -182,34 +183,6 @@ class DecodedTile:
             if array is not None:
                 array.flags.writeable = False
         return self
-
-
-class ByteSource(Protocol):
-    """Where the frames of a tile are read from: absolute offsets of the tile object to bytes.
-
-    :class:`BlobSource` serves the whole object (what :func:`decode_tile` reads);
-    ``deltacells.codec._partial.PieceSource`` serves the byte ranges a reader fetched.
-    """
-
-    def read(self, start: int, length: int, where: str) -> memoryview:
-        """Return bytes ``[start, start + length)`` of the object (a view, no copy).
-
-        The range is inside the object (the chunk table has been checked);
-        ``where`` names the stream for an error if the source does not hold it.
-        """
-
-
-class BlobSource:
-    """A :class:`ByteSource` over the whole tile object: a slice of its memoryview, no copy."""
-
-    __slots__ = ("view",)
-
-    def __init__(self, view: memoryview) -> None:
-        self.view = view
-
-    def read(self, start: int, length: int, where: str) -> memoryview:
-        """Return bytes ``[start, start + length)`` of the object."""
-        return self.view[start : start + length]
 
 
 def require_little_endian() -> None:

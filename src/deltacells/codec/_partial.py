@@ -448,7 +448,7 @@ def merge_partial(first: DecodedTile, second: DecodedTile) -> DecodedTile:
 
 
 class PieceSource:
-    """A :class:`~deltacells.codec._decode.ByteSource` over byte ranges fetched from a tile object.
+    """A :class:`~deltacells.codec._sources.ByteSource` over byte ranges fetched from a tile object.
 
     Parameters
     ----------

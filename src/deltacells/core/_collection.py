@@ -22,7 +22,7 @@ from deltacells._threads import map_members
 from deltacells.core._dtypes import promoted_dtype
 from deltacells.core._indexing import expected_nnz, normalize_rows
 from deltacells.errors import InvalidValueError
-from deltacells.tiles import DIRECT_DTYPES, gather_rows_split
+from deltacells.tiles import DIRECT_DTYPES, SplitOutputs, gather_rows_split
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -329,8 +329,6 @@ def _scattered(
     Each matrix is made of arrays of its own (a training loader's batches), filled by the kernel that copies a
     dataset's decoded chunks into them: no stacked matrix, no second gather.
     """
-    from deltacells.tiles import SplitOutputs
-
     lengths = np.empty(int(cuts[-1]), dtype=np.int64)
     for piece, part in zip(pieces, parts, strict=True):
         lengths[piece] = np.diff(part.indptr)

@@ -12,24 +12,24 @@ from scipy import sparse
 
 from deltacells._checks import check_choice
 from deltacells._kernel_loading import prepare_kernels
-from deltacells._memory import empty, populate
-from deltacells._threads import shared_pool
 from deltacells.codec import read_only
 from deltacells.core._dtypes import UNRECORDED_DTYPE, decoded_dtype
 from deltacells.core._follow import STALE_ERRORS, follow_append, retried_after_appends
 from deltacells.core._indexing import expected_nnz, normalize_rows
+from deltacells.core._range_reads import RangeReads, as_range
+from deltacells.core._row_gathers import RowGathers
+from deltacells.core._row_output import RowOutput
 from deltacells.core._sidecars import read_gene_order, read_var_names, read_var_table
-from deltacells.errors import InvalidValueError, warn
+from deltacells.errors import InvalidValueError
 from deltacells.format import Manifest, counts_dtype_of, first_problem_raises
 from deltacells.tiles import (
     DEFAULT_TILE_CACHE_BYTES,
     DIRECT_DTYPES,
     TileCache,
     TileReader,
-    drop_dropped_columns,
-    gather_rows,
-    gather_rows_mapped,
-    sort_output_rows,
+    kept_chunk_starts,
+    read_chunk_starts,
+    read_rows_by_chunk,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +51,17 @@ class Dataset:
 
     Cheap to pickle: it pickles to its store (URL and options) and manifest, never
     to decoded data. Use :func:`open_dataset` to create one.
+
+    Its reads are carried out by the objects of ``deltacells.core``'s reading modules: the output arrays in the
+    columns it reads into (``RowOutput``), ranges of consecutive cells (``RangeReads``) and any other rows
+    (``RowGathers``).
     """
+
+    #: The dtype of the counts written, as the manifest records it (``None`` when it records none).
+    recorded_dtype: np.dtype | None
+    #: The columns of the rows read, as ``read_deltacells(gene_order=)`` names them: ``"stored"``, ``"original"``
+    #: (:meth:`with_gene_order`), or ``"joined"`` for a collection's dataset (:meth:`with_columns`).
+    gene_order: str
 
     def __init__(
         self,
@@ -61,21 +71,129 @@ class Dataset:
         tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES,
         threads: int | None = None,
     ) -> None:
+        recorded_dtype = first_problem_raises(counts_dtype_of(manifest.metadata), store.url)
+        tiles = TileReader(store, manifest, cache_bytes=tile_cache_bytes, threads=threads)
+        prepare_kernels()  # numba's kernels load in the background while the caller gets on
+        self._assign(
+            store=store,
+            manifest=manifest,
+            threads=threads,
+            recorded_dtype=recorded_dtype,
+            tiles=tiles,
+            limits=manifest.limits,
+            starts=manifest.starts,
+            gene_permutation=None,
+            chunk_starts=None,
+            warned_precision=False,
+            gene_order="stored",
+            columns=None,
+            n_columns=manifest.n_genes,
+            joined=None,
+        )
+
+    def _assign(
+        self,
+        *,
+        store: BaseStore,
+        manifest: Manifest,
+        threads: int | None,
+        recorded_dtype: np.dtype | None,
+        tiles: TileReader,
+        limits: np.ndarray,
+        starts: np.ndarray,
+        gene_permutation: np.ndarray | None,
+        chunk_starts: np.ndarray | None,
+        warned_precision: bool,
+        gene_order: str,
+        columns: np.ndarray | None,
+        n_columns: int,
+        joined: np.ndarray | None,
+    ) -> None:
+        """Set every attribute of the dataset: the one place they are set, for :meth:`__init__` and :meth:`_view_of`.
+
+        Every argument is required (keyword-only, no defaults), so that an attribute added here must be given
+        by both: a derived dataset cannot leave one out.
+
+        Parameters
+        ----------
+        store, manifest, threads, recorded_dtype
+            As the public attributes of the same names.
+        tiles
+            The tiles' reader (and their cache), shared by the views of a dataset.
+        limits, starts
+            ``int64[n_tiles]``: the end (excluded) and the first cell of each tile (the manifest's, computed once).
+        gene_permutation
+            ``gene_order.npy`` once read (read-only), or None.
+        chunk_starts
+            :meth:`chunk_starts` once read (read-only), or None.
+        warned_precision
+            Whether the warning about counts float32 cannot hold was given already.
+        gene_order
+            As the public attribute.
+        columns
+            The kernels' column map (stored column ``j`` -> output column), read-only ``int32``, or None.
+        n_columns
+            Columns of the rows read.
+        joined
+            :meth:`with_columns`'s map (-1: left out, read-only ``int32``), or None.
+        """
         self.store = store
         self.manifest = manifest
         self.threads = threads
-        #: The dtype of the counts written, as the manifest records it (``None`` when it records none).
-        self.recorded_dtype = first_problem_raises(counts_dtype_of(manifest.metadata), store.url)
-        self._tiles = TileReader(store, manifest, cache_bytes=tile_cache_bytes, threads=threads)
-        prepare_kernels()  # numba's kernels load in the background while the caller gets on
-        self._limits = manifest.limits
-        self._starts = manifest.starts
-        self._warned_precision = False
-        self._columns: np.ndarray | None = None  # stored column j -> output column (the kernels' map)
-        self._n_columns = manifest.n_genes  # output columns
-        self._joined: np.ndarray | None = None  # with_columns's map (-1: left out), or None
-        self._gene_order: np.ndarray | None = None  # gene_order.npy, read once (read-only)
-        self.gene_order_mode = "stored"
+        self.recorded_dtype = recorded_dtype
+        self.gene_order = gene_order
+        self._tiles = tiles
+        self._limits = limits
+        self._starts = starts
+        self._gene_permutation = gene_permutation
+        self._chunk_starts = chunk_starts
+        self._joined = joined
+        drops_genes = joined is not None and bool((joined < 0).any())
+        self._output = RowOutput(
+            tiles, store.url, columns, n_columns, drops_genes=drops_genes, warned_precision=warned_precision
+        )
+        self._ranges = RangeReads(tiles, manifest, limits, starts, self._output)
+        self._gathers = RowGathers(tiles, manifest, self._output)
+
+    @classmethod
+    def _view_of(
+        cls,
+        source: Dataset,
+        *,
+        gene_order: str,
+        columns: np.ndarray | None,
+        n_columns: int,
+        joined: np.ndarray | None,
+    ) -> Dataset:
+        """``source`` read into other columns: its store, manifest, tiles (and tile cache), and what it read once.
+
+        The one way a dataset derived from another is made (:meth:`with_gene_order`, :meth:`with_columns`).
+
+        Parameters
+        ----------
+        source
+            The dataset it derives from.
+        gene_order, columns, n_columns, joined
+            The columns of the view (see :meth:`_assign`).
+        """
+        view = cls.__new__(cls)
+        view._assign(
+            store=source.store,
+            manifest=source.manifest,
+            threads=source.threads,
+            recorded_dtype=source.recorded_dtype,
+            tiles=source._tiles,
+            limits=source._limits,
+            starts=source._starts,
+            gene_permutation=source._gene_permutation,
+            chunk_starts=source._chunk_starts,
+            warned_precision=source._output.warned_precision,
+            gene_order=gene_order,
+            columns=columns,
+            n_columns=n_columns,
+            joined=joined,
+        )
+        return view
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -85,8 +203,8 @@ class Dataset:
                 self.manifest.to_dict(),
                 self.cache.max_bytes,
                 self.threads,
-                self.gene_order_mode,
-                None if self._joined is None else (self._joined, self._n_columns),
+                self.gene_order,
+                self.joined_columns(),
             ),
         )
 
@@ -109,15 +227,17 @@ class Dataset:
         if self._joined is not None:
             msg = "this dataset's columns are a collection's genes (with_columns): its gene order cannot change"
             raise InvalidValueError(msg)
-        if gene_order == self.gene_order_mode:
+        if gene_order == self.gene_order:
             return self
-        order = self.gene_order() if gene_order == "original" else None  # read before sharing the state
-        other = object.__new__(Dataset)
-        other.__dict__.update(self.__dict__)
-        other.gene_order_mode = gene_order
-        other._columns = None if order is None else read_only(order)  # a copy of its own, int32 (read-only: one
-        # type of argument for the kernels, see deltacells.codec.read_only)
-        return other
+        order = self.gene_permutation() if gene_order == "original" else None  # read before sharing the state
+        return Dataset._view_of(
+            self,
+            gene_order=gene_order,
+            # a copy of its own, int32 (read-only: one type of argument for the kernels, see deltacells.codec.read_only)
+            columns=None if order is None else read_only(order),
+            n_columns=self.n_genes,
+            joined=None,
+        )
 
     def with_columns(self, columns: np.ndarray, n_columns: int) -> Dataset:
         """The same dataset read into another set of genes: stored gene ``g`` becomes column ``columns[g]``.
@@ -155,23 +275,20 @@ class Dataset:
         # columns (the radix passes): at least n_columns + 1; the entries past n_genes are never read.
         kernel_map = np.full(max(n_genes, n_columns + 1), n_columns, dtype=np.int32)
         kernel_map[:n_genes] = np.where(columns < 0, n_columns, columns)
-        other = object.__new__(Dataset)
-        other.__dict__.update(self.__dict__)
-        other.gene_order_mode = "joined"
-        other._columns = read_only(kernel_map)
-        other._n_columns = int(n_columns)
-        other._joined = columns.astype(np.int32)
-        other._joined.flags.writeable = False
-        return other
+        joined = columns.astype(np.int32)
+        joined.flags.writeable = False
+        return Dataset._view_of(
+            self, gene_order="joined", columns=read_only(kernel_map), n_columns=int(n_columns), joined=joined
+        )
 
     def joined_columns(self) -> tuple[np.ndarray, int] | None:
         """The arguments of :meth:`with_columns` that made this dataset (read-only), or None."""
-        return None if self._joined is None else (self._joined, self._n_columns)
+        return None if self._joined is None else (self._joined, self.n_genes)
 
     @property
     def drops_genes(self) -> bool:
         """Whether some stored genes are left out of the rows read (:meth:`with_columns`)."""
-        return self._joined is not None and bool((self._joined < 0).any())
+        return self._output.drops_genes
 
     def __repr__(self) -> str:
         m = self.manifest
@@ -190,7 +307,7 @@ class Dataset:
     @property
     def n_genes(self) -> int:
         """Number of genes (columns) of the rows read (the stored ones, or those of :meth:`with_columns`)."""
-        return self._n_columns
+        return self._output.n_columns
 
     @property
     def dtype(self) -> np.dtype:
@@ -293,10 +410,8 @@ class Dataset:
         MissingObjectError
             If a tile is not there.
         """
-        starts = self.__dict__.get("_chunk_starts")
+        starts = self._chunk_starts
         if starts is None:
-            from deltacells.tiles import kept_chunk_starts, read_chunk_starts
-
             if cache_dir is None:
                 starts = self._surviving_appends(lambda: read_chunk_starts(self._tiles))
             else:
@@ -404,34 +519,15 @@ class Dataset:
             decoded.data = decoded.data.astype(dtype)
             return decoded
         rows = normalize_rows(index, self.n_cells)
-        span = _as_range(rows)
+        span = as_range(rows)
         if span is not None and dtype in DIRECT_DTYPES:
-            matrix = self._read_range(*span, dtype)  # waits for the kernels once its output is allocated
+            matrix = self._ranges.read(*span, dtype)  # waits for the kernels once its output is allocated
             if matrix is not None:
                 return matrix
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-        n_out = rows.shape[0]
-        tiles, local = self.tile_of(rows)
-        order = np.argsort(tiles, kind="stable")
-        sorted_tiles = tiles[order]
-        needed, first = np.unique(sorted_tiles, return_index=True)
-        bounds = np.append(first, n_out)
-
-        if needed.shape[0] <= self._batch_size():
-            return self._gather_direct(needed, order, bounds, local, n_out, dtype)
-        increasing = n_out < 2 or bool(np.all(rows[1:] > rows[:-1]))
-        if increasing:
-            # Rows in tile order, no repeats: the output holds at most what the needed tiles hold.
-            # When the request covers most of them, allocate that and fill tile by tile (then trim).
-            capacity = int(self.manifest.tile_nnz[needed].sum())
-            expected = float(
-                (self.manifest.tile_nnz[needed] * np.diff(bounds) / self.manifest.tile_cells[needed]).sum()
-            )
-            if capacity <= 2 * expected + 1024:
-                return self._gather_ascending(needed, order, bounds, local, n_out, dtype, capacity)
-        return self._gather_compact(needed, order, bounds, local, n_out, dtype)
+        return self._gathers.read(rows, *self.tile_of(rows), dtype)
 
     def read_rows_uncached(
         self, index: Any = slice(None), *, dtype: DTypeLike | None = None, sort_columns: bool = True
@@ -499,8 +595,6 @@ class Dataset:
         InvalidValueError
             If ``cuts`` do not go from 0 to the number of rows, increasing.
         """
-        from deltacells.tiles import read_rows_by_chunk
-
         rows = normalize_rows(index, self.n_cells)
         prepare_kernels(expected_nnz(rows, self.nnz, self.n_cells))
         if isinstance(rows, slice):
@@ -514,24 +608,18 @@ class Dataset:
         decoded = decoded_dtype(dtype)
         sort_columns = sort_columns or self.drops_genes  # the genes left out are found at the end of sorted rows
         given = [fetched]  # the fetches of a first try; a second (after an append) reads the tiles again
+        output = self._output
 
         def read() -> tuple[list[sparse.csr_matrix], bool]:
             return read_rows_by_chunk(
-                self._tiles, rows, dtype=decoded, columns=self._columns, sort=sort_columns, cuts=cuts,
-                threads=threads, fetched=given.pop() if given else None, n_columns=self.n_genes,
+                self._tiles, rows, dtype=decoded, columns=output.columns, sort=sort_columns, cuts=cuts,
+                threads=threads, fetched=given.pop() if given else None, n_columns=output.n_columns,
             )  # fmt: skip
 
         matrices, large = self._surviving_appends(read)
-        self._warn_if_inexact(large, dtype)
-        sorted_rows = self._columns is None or sort_columns
-        if self.drops_genes:
-            matrices = [self._dropped(matrix) for matrix in matrices]
-        for matrix in matrices:
-            if decoded != dtype:
-                matrix.data = matrix.data.astype(dtype)
-            matrix.has_sorted_indices = sorted_rows  # set, not computed (see _csr)
-            matrix.has_canonical_format = sorted_rows
-        return matrices
+        output.warn_if_inexact(large, dtype)
+        sorted_rows = output.columns is None or sort_columns
+        return output.finished_batches(matrices, dtype, decoded, sorted_rows=sorted_rows)
 
     def submit_tile_fetch(self, tile: int) -> Future[bytes]:
         """Start fetching tile ``tile`` whole: one request, many in flight at once (the store's I/O threads).
@@ -541,29 +629,9 @@ class Dataset:
         """
         return self._tiles._submit_fetch(tile)
 
-    def _read_range(self, start: int, stop: int, dtype: np.dtype) -> sparse.csr_matrix | None:
-        """Cells ``start`` to ``stop`` (excluded): tiles wanted whole and not cached decode into the output.
-
-        The tiles at either end, if only part of them is wanted, and tiles the cache holds whole, are copied
-        from their decoded arrays; the others are decoded into their slices of the output, in its dtype,
-        with no intermediate arrays (:meth:`TileReader.read_into`), and are not cached. Returns None when the
-        output needs 64-bit indices (the general path then reads it).
-        """
-        plan = self._range_plan(start, stop)
-        nnz = int(plan[-1][-1])
-        if nnz >= 2**31:  # 64-bit indices (scipy's rule): the general path
-            return None
-        out_indptr = np.empty(stop - start + 1, dtype=np.int64)
-        out_indices, out_data = self._empty_output(nnz, dtype)
-        # While the decoding threads map the output's pages, the kernels load (in a fresh process).
-        prepare_kernels(nnz)
-        self._fill_range(plan, dtype, out_indptr, out_indices, out_data)
-        return self._csr(out_data, out_indices, out_indptr, sorted_already=True)
-
     def range_capacity(self, start: int, stop: int) -> int:
         """The most nonzeros cells ``start`` to ``stop`` (excluded) hold, those of their tiles (the manifest's)."""
-        first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
-        return int(self.manifest.tile_nnz[first : last + 1].sum())
+        return self._ranges.capacity(start, stop)
 
     def read_range_into(
         self,
@@ -583,247 +651,24 @@ class Dataset:
         :meth:`range_capacity` nonzeros, of which the first returned are written (rows sorted, genes left out
         removed).
         """
-        plan = self._range_plan(start, stop)
-        nnz = int(plan[-1][-1])
-        if out_indices.shape[0] < nnz or out_data.shape[0] < nnz or out_indptr.shape[0] != stop - start + 1:
-            msg = f"the output holds {out_indices.shape[0]} nonzeros and {out_indptr.shape[0]} row pointers, not enough"
-            raise InvalidValueError(msg)
-        out_indices, out_data = out_indices[:nnz], out_data[:nnz]
-        try:
-            self._fill_range(plan, np.dtype(dtype), out_indptr, out_indices, out_data)
-        except STALE_ERRORS:  # an append rewrote the last tile: planned again (the plan holds a read under way)
-            held = self._tiles.holds_in_memory(self.n_tiles - 1)
-            if held or not follow_append(self._tiles, self.manifest):
-                raise
-            self._fill_range(self._range_plan(start, stop), np.dtype(dtype), out_indptr, out_indices, out_data)
-        return self._finish_rows(out_data, out_indices, out_indptr, sorted_already=True)
-
-    def _range_plan(self, start: int, stop: int) -> tuple[Any, ...]:
-        """Which tiles a range reads, how (decoded straight into the output, or copied), and where each goes."""
-        first, last = (int(t) for t in np.searchsorted(self._limits, [start, stop - 1], side="right"))
-        tiles = np.arange(first, last + 1)
-        lo = np.maximum(start, self._starts[tiles]) - self._starts[tiles]
-        hi = np.minimum(stop, self._limits[tiles]) - self._starts[tiles]
-        whole = (lo == 0) & (hi == self.manifest.tile_cells[tiles])
-        direct = np.array([w and not self._tiles.holds_whole(int(t)) for t, w in zip(tiles, whole, strict=True)])
-        # The end tiles wanted in part (and tiles cached whole) come through iter_tiles: on remote storage a few
-        # cells of a tile are read in byte ranges there, as for any other subset, not as the whole tile.
-        pending = np.flatnonzero(~direct)
-        rows = [None if whole[k] else np.arange(lo[k], hi[k]) for k in pending]
-        decoded = (tile for _, tile in self._tiles.iter_tiles(tiles[pending], rows=rows)) if pending.size else ()
-        copied = dict(zip(pending.tolist(), decoded, strict=True))
-        counts = np.array(
-            [
-                int(self.manifest.tile_nnz[t]) if direct[k] else int(copied[k].indptr[hi[k]] - copied[k].indptr[lo[k]])
-                for k, t in enumerate(tiles)
-            ],
-            dtype=np.int64,
-        )
-        nnz_starts = np.zeros(tiles.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=nnz_starts[1:])
-        return tiles, lo, hi, direct, copied, nnz_starts
-
-    def _fill_range(
-        self,
-        plan: tuple[Any, ...],
-        dtype: np.dtype,
-        out_indptr: np.ndarray,
-        out_indices: np.ndarray,
-        out_data: np.ndarray,
-    ) -> None:
-        tiles, lo, hi, direct, copied, nnz_starts = plan
-        row_starts = np.concatenate(([0], np.cumsum(hi - lo)))
-        out_indptr[row_starts] = nnz_starts  # each tile's first row (what the copies below start from), and the end
-        for k, tile in copied.items():
-            self._warn_if_inexact(tile.inexact_in_float32, dtype)
-            r, m = int(row_starts[k]), int(hi[k] - lo[k])
-            ptr = tile.indptr[lo[k] : hi[k] + 1]
-            np.add(ptr[1:], nnz_starts[k] - ptr[0], out=out_indptr[r + 1 : r + 1 + m])
-            slots = np.arange(r, r + m, dtype=np.int64)
-            rows = np.arange(lo[k], hi[k], dtype=np.int64)
-            self._copy_rows(tile.indptr, tile.indices, tile.data, rows, out_indptr, slots, out_indices, out_data)
-        if copied and self._columns is not None:  # direct tiles are sorted as they decode
-            spans = [(int(row_starts[k]), int(row_starts[k + 1])) for k in copied]
-            sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0], spans)
-        if direct.any():
-            starts = (row_starts[:-1][direct], nnz_starts[:-1][direct])
-            outputs = (out_indptr, out_indices, out_data)
-            large = self._tiles.read_into(tiles[direct], *starts, *outputs, columns=self._columns)
-            self._warn_if_inexact(large, dtype)
-
-    def _finish_rows(
-        self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray, *, sorted_already: bool = False
-    ) -> int:
-        """Sort rows mapped to other columns (unless they are already), remove the genes left out; the nonzeros left."""
-        if self._columns is not None and not sorted_already:
-            sort_output_rows(out_indptr, out_indices, out_data, self._columns.shape[0])
-        if self.drops_genes:
-            return int(drop_dropped_columns(out_indptr, out_indices, out_data, self.n_genes))
-        return int(out_indices.shape[0])
-
-    def _csr(
-        self, out_data: np.ndarray, out_indices: np.ndarray, out_indptr: np.ndarray, *, sorted_already: bool = False
-    ) -> sparse.csr_matrix:
-        """The output arrays as a CSR matrix; rows mapped to the source's gene order are sorted first if asked."""
-        nnz = self._finish_rows(out_data, out_indices, out_indptr, sorted_already=sorted_already)
-        out_indices, out_data = out_indices[:nnz], out_data[:nnz]
-        index_dtype = out_indices.dtype
-        matrix = sparse.csr_matrix(
-            (out_data, out_indices, out_indptr.astype(index_dtype, copy=False)),
-            shape=(out_indptr.shape[0] - 1, self.n_genes),
-            copy=False,
-        )
-        # Set, not computed (a scan of every row): rows are canonical, mapped ones sorted per row (linear), since
-        # scipy sorts unsorted rows before its arithmetic (``multiply``...), on every call.
-        matrix.has_sorted_indices = True
-        matrix.has_canonical_format = True
-        return matrix
-
-    def _gather_direct(
-        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray, n_out: int, dtype: np.dtype
-    ) -> sparse.csr_matrix:
-        """Few tiles: decode them all, then copy the rows straight into the output."""
-        tiles = [tile for _, tile in self._tiles_for(needed, order, bounds, local)]
-        for tile in tiles:
-            self._warn_if_inexact(tile.inexact_in_float32, dtype)
-        lengths = np.zeros(n_out, dtype=np.int64)
-        for k, tile in enumerate(tiles):
-            slots = order[bounds[k] : bounds[k + 1]]
-            loc = local[slots]
-            lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
-        out_indptr = _indptr_from_lengths(lengths)
-        out_indices, out_data = self._empty_output(int(out_indptr[-1]), dtype)
-        for k, tile in enumerate(tiles):
-            slots = order[bounds[k] : bounds[k + 1]]
-            self._copy_rows(
-                tile.indptr, tile.indices, tile.data, local[slots], out_indptr, slots, out_indices, out_data
-            )
-        return self._csr(out_data, out_indices, out_indptr)
-
-    def _gather_ascending(
-        self,
-        needed: np.ndarray,
-        order: np.ndarray,
-        bounds: np.ndarray,
-        local: np.ndarray,
-        n_out: int,
-        dtype: np.dtype,
-        capacity: int,
-    ) -> sparse.csr_matrix:
-        """Rows in ascending order: stream the tiles, appending each one's rows to the output."""
-        out_indptr = np.zeros(n_out + 1, dtype=np.int64)
-        out_indices, out_data = self._empty_output(capacity, dtype)
-        for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
-            self._warn_if_inexact(tile.inexact_in_float32, dtype)
-            slots = order[bounds[k] : bounds[k + 1]]
-            loc = local[slots]
-            first = int(slots[0])
-            np.cumsum(tile.indptr[loc + 1] - tile.indptr[loc], out=out_indptr[first + 1 : first + 1 + slots.shape[0]])
-            out_indptr[first + 1 : first + 1 + slots.shape[0]] += out_indptr[first]
-            self._copy_rows(tile.indptr, tile.indices, tile.data, loc, out_indptr, slots, out_indices, out_data)
-        nnz = int(out_indptr[-1])
-        # Views, not resize(): a large output is on a mapping of its own (deltacells._memory), which numpy cannot
-        # resize; the capacity is at most about twice the rows' nonzeros, so scipy keeps the views as they are.
-        return self._csr(out_data[:nnz], out_indices[:nnz], out_indptr)
-
-    def _gather_compact(
-        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray, n_out: int, dtype: np.dtype
-    ) -> sparse.csr_matrix:
-        """Many tiles, any order: keep only each tile's selected rows, then assemble."""
-        lengths = np.zeros(n_out, dtype=np.int64)
-        parts = []
-        for k, (_, tile) in enumerate(self._tiles_for(needed, order, bounds, local)):
-            self._warn_if_inexact(tile.inexact_in_float32, dtype)
-            slots = order[bounds[k] : bounds[k + 1]]
-            loc = local[slots]
-            lengths[slots] = tile.indptr[loc + 1] - tile.indptr[loc]
-            parts.append((slots, *_select_rows(tile, loc, dtype)))
-        out_indptr = _indptr_from_lengths(lengths)
-        out_indices, out_data = self._empty_output(int(out_indptr[-1]), dtype)
-        for slots, loc, src_indptr, src_indices, src_data in parts:
-            self._copy_rows(src_indptr, src_indices, src_data, loc, out_indptr, slots, out_indices, out_data)
-        return self._csr(out_data, out_indices, out_indptr)
-
-    def _empty_output(self, nnz: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-        """Output arrays (int32 indices unless the nonzeros need 64-bit offsets, scipy's rule), pages mapping.
-
-        The pages of new memory are mapped in bulk by the decoding threads (:func:`deltacells._memory.populate`),
-        ahead of the decoding, which then writes them without a fault each.
-        """
-        index_dtype = np.int32 if nnz < 2**31 else np.int64
-        arrays = empty(nnz, index_dtype), empty(nnz, dtype)
-        threads = self._tiles.n_threads
-        populate(arrays, shared_pool() if threads > 1 else None)
-        return arrays
-
-    def _dropped(self, matrix: sparse.csr_matrix) -> sparse.csr_matrix:
-        """A matrix read with the genes left out (:meth:`with_columns`) still in its rows, without them."""
-        indptr = matrix.indptr.astype(np.int64)
-        nnz = drop_dropped_columns(indptr, matrix.indices, matrix.data, self.n_genes)
-        # The arrays set as they are (slices of the loader's shared arrays): scipy's constructor would copy them.
-        matrix.indptr, matrix.indices, matrix.data = (
-            indptr.astype(matrix.indices.dtype, copy=False),
-            matrix.indices[:nnz],
-            matrix.data[:nnz],
-        )
-        return matrix
-
-    def _copy_rows(self, *arrays: np.ndarray) -> None:
-        """Copy rows into the output (the gather kernels), mapping the columns to the source's order if asked."""
-        # The source's arrays are read-only in a cached tile and writable in a fresh one: one type for both.
-        arrays = (*(read_only(array) for array in arrays[:3]), *arrays[3:])
-        if self._columns is None:
-            gather_rows(*arrays)
-        else:
-            gather_rows_mapped(*arrays, self._columns, False)  # rows are sorted once, in _csr
-
-    def _warn_if_inexact(self, inexact: bool, dtype: np.dtype) -> None:
-        """Warn once per dataset when float32 (or narrower) values cannot hold the counts (``inexact``) exactly."""
-        if inexact and dtype.kind == "f" and dtype.itemsize <= 4 and not self._warned_precision:
-            self._warned_precision = True
-            warn(
-                f"{self.store.url}: some counts are above 2^24 and are not exact as {dtype}; "
-                "read with dtype='int32', 'int64' or 'float64' to keep them exact"
-            )
-
-    def _batch_size(self) -> int:
-        return self._tiles.decode_ahead
-
-    def _tiles_for(
-        self, needed: np.ndarray, order: np.ndarray, bounds: np.ndarray, local: np.ndarray
-    ) -> Iterator[tuple[int, DecodedTile]]:
-        """The decoded tiles ``needed``, in order.
-
-        A tile needed for fewer rows than it has cells may come partial: only the chunks holding those
-        cells decoded (and, on remote storage, maybe only their bytes read). A tile needed for at least as
-        many rows as it has cells (a slice over it, a full read) is decoded whole.
-        """
-        counts = np.diff(bounds)
-        whole = counts >= self.manifest.tile_cells[needed]
-        wanted = [None if whole[k] else local[order[bounds[k] : bounds[k + 1]]] for k in range(needed.shape[0])]
-        if needed.shape[0] == 1:
-            t, cells = int(needed[0]), wanted[0]
-            if cells is None or not self._tiles.reads_ranged(t, len(cells), cells=cells):
-                yield t, self._tiles.get(t, cells=cells)
-                return
-        yield from self._tiles.iter_tiles(needed, rows=None if whole.all() else wanted)
+        return self._ranges.read_into(start, stop, np.dtype(dtype), out_indptr, out_indices, out_data)
 
     # ------------------------------------------------------------------ sidecars
 
-    def gene_order(self) -> np.ndarray | None:
-        """``int32[n_genes]``: output column ``j`` was source column ``gene_order[j]`` (None without one).
+    def gene_permutation(self) -> np.ndarray | None:
+        """``gene_order.npy`` as ``int32[n_genes]``: stored column ``j`` is original column ``p[j]`` (None without one).
 
         Raises
         ------
         FormatError
             If ``gene_order.npy`` is not a little-endian int32 permutation of ``0 .. n_genes - 1``.
         """
-        if self._gene_order is None and self.manifest.has_gene_order:
+        if self._gene_permutation is None and self.manifest.has_gene_order:
             order = read_gene_order(self.store, self.manifest)
             assert order is not None  # the manifest promises it
             order.flags.writeable = False  # read once, shared by the views of this dataset
-            self._gene_order = order
-        return None if self._gene_order is None else self._gene_order.copy()
+            self._gene_permutation = order
+        return None if self._gene_permutation is None else self._gene_permutation.copy()
 
     def var_names(self) -> list[str] | None:
         """Gene names in output column order from ``var_names.txt`` (None without one).
@@ -846,36 +691,6 @@ class Dataset:
         return read_var_table(self.store, self.manifest)
 
 
-def _as_range(rows: np.ndarray | slice) -> tuple[int, int] | None:
-    """``(start, stop)`` if ``rows`` are consecutive increasing cells (a slice of step 1, or such an array)."""
-    if isinstance(rows, slice):
-        return (rows.start, rows.stop) if rows.stop > rows.start else None
-    n = rows.shape[0]
-    if n == 0 or rows[-1] - rows[0] != n - 1:
-        return None
-    if n > 1 and not bool(np.all(rows[1:] - rows[:-1] == 1)):
-        return None
-    return int(rows[0]), int(rows[-1]) + 1
-
-
-def _indptr_from_lengths(lengths: np.ndarray) -> np.ndarray:
-    indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    return indptr
-
-
-def _select_rows(tile: DecodedTile, rows: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, ...]:
-    """Rows ``rows`` of ``tile`` as compact CSR arrays ``(rows', indptr, indices, data)``."""
-    lengths = tile.indptr[rows + 1] - tile.indptr[rows]
-    indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), dtype=np.int32)
-    data = np.empty(int(indptr[-1]), dtype=dtype)
-    positions = np.arange(rows.shape[0], dtype=np.int64)
-    gather_rows(tile.indptr, tile.indices, tile.data, rows, indptr, positions, indices, data)
-    return positions, indptr, indices, data
-
-
 def _rebuild(
     store: BaseStore,
     manifest: dict[str, Any],
@@ -884,5 +699,6 @@ def _rebuild(
     gene_order: str = "stored",
     joined: tuple[np.ndarray, int] | None = None,
 ) -> Dataset:
+    """A pickled dataset opened again (:meth:`Dataset.__reduce__`), in the columns it was read into."""
     dataset = Dataset(store, Manifest.from_dict(manifest), tile_cache_bytes=tile_cache_bytes, threads=threads)
     return dataset.with_columns(*joined) if joined is not None else dataset.with_gene_order(gene_order)

@@ -42,7 +42,7 @@ def anndata_parts(dataset: Dataset, counts: Any, var: pd.DataFrame, *, extras: b
     import anndata as ad
 
     elements = read_extras(dataset.store, entry)
-    order = dataset.gene_order() if dataset.gene_order_mode == "stored" else None
+    order = dataset.gene_permutation() if dataset.gene_order == "stored" else None
     if order is not None:  # written in the original gene order: put it in the tiles'
         elements = reorder_genes(elements, entry, order)
     parts: dict[str, Any] = {

@@ -215,7 +215,7 @@ class BlockSource:
         fingerprint = manifest_fingerprint(dataset.manifest)
         joined = dataset.joined_columns()
         joined_bytes = None if joined is None else (joined[0].astype("<i4").tobytes(), joined[1])
-        settings = (dataset.gene_order_mode, dataset.cache.max_bytes, dataset.threads, fingerprint)
+        settings = (dataset.gene_order, dataset.cache.max_bytes, dataset.threads, fingerprint)
         digest = hashlib.sha256(pickle.dumps(dataset.store, protocol=4))
         digest.update(repr(settings).encode())
         if joined_bytes is not None:
@@ -224,7 +224,7 @@ class BlockSource:
             store=dataset.store,
             key=digest.hexdigest(),
             fingerprint=fingerprint,
-            gene_order=dataset.gene_order_mode,
+            gene_order=dataset.gene_order,
             joined=joined_bytes,
             dtype=np.dtype(dtype),
             sparse_array=bool(sparse_array),

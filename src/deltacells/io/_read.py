@@ -173,7 +173,7 @@ def read_deltacells(
         ``chunks=``), in ``X`` unless the AnnData written held its counts in a layer or raw. Nothing else is
         added: ``uns`` is the AnnData's as written (a round trip passes :func:`anndata.tests.helpers.assert_equal`
         against it). The dataset, its manifest (settings, metadata) and its gene order are on the matrix:
-        ``adata.X.dataset`` (:class:`~deltacells.Dataset`: ``.manifest``, ``.gene_order()``, ``.url``).
+        ``adata.X.dataset`` (:class:`~deltacells.Dataset`: ``.manifest``, ``.gene_permutation()``, ``.url``).
 
     Examples
     --------
@@ -338,7 +338,7 @@ def restore_gene_order(adata: ad.AnnData, gene_order: np.ndarray | None = None) 
         An AnnData from :func:`read_deltacells` (or a view of one).
     gene_order
         For an AnnData in memory (``adata.to_memory()`` of one read with ``gene_order="stored"``): the order it
-        was read in, ``adata.X.dataset.gene_order()`` of the lazy one (column ``j`` was column
+        was read in, ``adata.X.dataset.gene_permutation()`` of the lazy one (column ``j`` was column
         ``gene_order[j]`` of the AnnData written); its genes (X, var, layers, varm, varp) are put back.
         Ignored for an AnnData whose counts are still a dataset's: the dataset knows its order.
 
@@ -358,9 +358,9 @@ def restore_gene_order(adata: ad.AnnData, gene_order: np.ndarray | None = None) 
     else:
         source = None if isinstance(counts, TiledCSRDataset) else source_of(counts)
         dataset = counts.dataset if source is None else dataset_for(source)  # counts_of found a source for dask
-        if isinstance(dataset, Collection) or dataset.gene_order_mode != "stored" or dataset.gene_order() is None:
+        if isinstance(dataset, Collection) or dataset.gene_order != "stored" or dataset.gene_permutation() is None:
             return adata  # in the original order already (or a collection's join): nothing to restore
-        order, location = np.asarray(dataset.gene_order()), counts_location_in(ref, counts)
+        order, location = np.asarray(dataset.gene_permutation()), counts_location_in(ref, counts)
     in_raw = location == "raw" and adata.raw is not None  # the tiles hold raw's genes
     if order.shape != ((adata.raw.n_vars if in_raw else adata.n_vars),):
         msg = "the gene order does not match the genes of this AnnData (was it subset by genes?)"

@@ -10,14 +10,12 @@ and ``CellLoader.dataloader()``; their classes are ``deltacells.loader.CellDatas
 ``CellDataLoader``, loaded on first use.
 """
 
-from deltacells._lazy import lazy_names
-from deltacells.loader._loader import Batch, CellLoader
-from deltacells.loader._output import OUTPUTS
+import lazy_loader
 
-__all__ = ["OUTPUTS", "Batch", "CellLoader"]
+#: The public names, each with the module it lives in, are written once, in ``__init__.pyi`` (which type
+#: checkers read); each name imports its module on first use, so that importing the package stays cheap.
+__getattr__, __dir__, _names = lazy_loader.attach_stub(__name__, __file__)
 
-#: Names that need torch: their module is imported on first use (and they stay out of ``__all__``, so that
-#: ``from deltacells.loader import *`` does not import torch).
-_LAZY = {"CellDataset": "deltacells.loader._torch", "CellDataLoader": "deltacells.loader._torch"}
-
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+#: Names that need torch stay out of ``__all__``, so that ``from deltacells.loader import *`` does not import it.
+_NEED_TORCH = frozenset({"CellDataset", "CellDataLoader"})
+__all__ = [name for name in _names if name not in _NEED_TORCH]

@@ -11,6 +11,7 @@ import numpy as np
 
 from deltacells.core import Collection, Dataset, RowSource, normalize_rows, open_dataset
 from deltacells.errors import InvalidTypeError, InvalidValueError
+from deltacells.io import TiledCSRDataset, counts_of, open_collection, read_options_of, view_parts
 from deltacells.loader._plan import Blocks, BlockWeights
 from deltacells.obs import resolve_cache_dir
 
@@ -137,8 +138,6 @@ def resolve_source(
     genes = None
     rows: Any = slice(None)
     if isinstance(source, (list, tuple)):
-        from deltacells.io import open_collection
-
         if gene_order not in (None, "original"):
             msg = "a collection's genes are in the order of their join; gene_order='stored' is for one dataset"
             raise InvalidValueError(msg)
@@ -154,7 +153,7 @@ def resolve_source(
             selected = _select(dataset.n_cells, rows, cells)
             return LoaderSource(dataset, selected, genes, cache_dir, verify, list(options.keys), options.label)
         assert isinstance(dataset, Dataset)  # the two kinds of row source
-        order = gene_order or dataset.gene_order_mode  # the AnnData's, unless asked otherwise
+        order = gene_order or dataset.gene_order  # the AnnData's, unless asked otherwise
     elif isinstance(source, Dataset):
         dataset, order = source, gene_order or "original"
     elif isinstance(source, (str, os.PathLike)):
@@ -173,8 +172,6 @@ def resolve_source(
 
 def _from_anndata(adata: ad.AnnData) -> tuple[RowSource, Any, np.ndarray | None, ReadOptions]:
     """The dataset under an AnnData from ``read_deltacells`` (or a view of one), its rows, genes and read options."""
-    from deltacells.io import TiledCSRDataset, counts_of, read_options_of, view_parts
-
     ref, rows, cols = view_parts(adata)
     counts = counts_of(ref)  # X, or the layer or raw.X the counts were written from
     if not isinstance(counts, TiledCSRDataset):

@@ -7,18 +7,27 @@ then only the column chunks it is asked for, whatever the store.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from deltacells.errors import InvalidTypeError, InvalidValueError
 
-if TYPE_CHECKING:
-    from deltacells.storage._base import BaseStore
+__all__ = ["RangeReader", "StoreFile"]
 
-__all__ = ["StoreFile"]
+
+class RangeReader(Protocol):
+    """What a :class:`StoreFile` asks of its store (every :class:`~deltacells.storage.BaseStore` has both)."""
+
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes ``[start, end)`` of object ``path``."""
+        ...
+
+    def size(self, path: str) -> int:
+        """Size in bytes of object ``path``."""
+        ...
 
 
 class StoreFile(io.RawIOBase):
-    """A read-only, seekable, unbuffered file whose every read is one ranged :meth:`~.BaseStore.read`.
+    """A read-only, seekable, unbuffered file whose every read is one ranged ``store.read``.
 
     Subclasses that hold some of the object's bytes already (e.g. ``deltacells.obs._ranges.KnownRangesFile``)
     override ``_read_range``, which every read goes through, and keep the position bookkeeping here.
@@ -26,11 +35,12 @@ class StoreFile(io.RawIOBase):
     Parameters
     ----------
     store
-        The store holding the object.
+        The store holding the object: a :class:`~deltacells.storage.BaseStore`, or anything with its ``read`` and
+        ``size`` (:class:`RangeReader`).
     path
         The object, relative to the store's root.
     size
-        The object's size in bytes when already known; otherwise asked of :meth:`BaseStore.size`.
+        The object's size in bytes when already known; otherwise asked of ``store.size``.
 
     Attributes
     ----------
@@ -45,7 +55,7 @@ class StoreFile(io.RawIOBase):
         From the constructor, if ``size`` is not given and the object does not exist.
     """
 
-    def __init__(self, store: BaseStore, path: str, size: int | None = None) -> None:
+    def __init__(self, store: RangeReader, path: str, size: int | None = None) -> None:
         super().__init__()
         self.store = store
         self.path = path

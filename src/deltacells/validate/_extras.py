@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deltacells.format import EXTRAS_NAME, MANIFEST_NAME, ManifestFields, collect, extras_of, is_raw_varm
+from deltacells.io import open_extras, stored_shape
 
 if TYPE_CHECKING:
     from deltacells.format import Extras
@@ -23,8 +24,6 @@ def check_extras(store: BaseStore, fields: ManifestFields, found: Collector) -> 
     extras = collect(extras_of(fields.metadata or {}), found)
     if extras is None:
         return
-    from deltacells.io import open_extras
-
     try:
         group = open_extras(store, extras, consolidated=False)  # each element's own metadata, not the copy
     except Exception as exc:  # a validator reports: a missing or unreadable group is a problem, not a crash
@@ -74,8 +73,6 @@ def _expected_shape(path: str, extras: Extras, n_cells: int | None, n_genes: int
 def _check_element(
     group: Any, path: str, expected: tuple[Any, ...] | None, found: Collector, *, where: str | None = None
 ) -> None:
-    from deltacells.io import stored_shape
-
     where = where or f"{EXTRAS_NAME}/{path}"
     try:
         element = group[path]
@@ -97,8 +94,6 @@ def _check_element(
 
 def _check_raw(group: Any, found: Collector) -> None:
     """raw: an X with one row per cell and one column per row of raw's var."""
-    from deltacells.io import stored_shape
-
     try:
         x_shape, var_shape = stored_shape(group["raw/X"]), stored_shape(group["raw/var"])
     except Exception as exc:
@@ -109,8 +104,6 @@ def _check_raw(group: Any, found: Collector) -> None:
 
 
 def _length(group: Any, path: str, found: Collector) -> int | None:
-    from deltacells.io import stored_shape
-
     try:
         shape = stored_shape(group[path])
     except Exception as exc:
