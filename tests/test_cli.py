@@ -993,6 +993,9 @@ def test_an_interrupted_demo_says_what_it_keeps(tmp_path, monkeypatch, keep):
 #: block of cells: a real signal, at a point where tiles are on disk.
 _SIGINT_AFTER_THE_FIRST_BLOCK = """
 import os, signal, sys
+# As at a terminal: a process started in the background by a shell without job control (a detached or CI run)
+# inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from deltacells.core import DatasetWriter
 from deltacells.cli import main
 
