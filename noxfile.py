@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -78,6 +79,14 @@ def tests_slow(session: nox.Session) -> None:
 #: measured when the session was added, rounded down, so that a change that leaves code untested fails.
 COVERAGE_MIN = 92
 
+#: The least share of each package's statements the tests must run (``nox -s coverage``): each first-level subpackage
+#: of ``deltacells`` (``core``, ``io``, ...) and its top-level modules together, so that a well-tested package does
+#: not hide an untested one in the total.
+PACKAGE_COVERAGE_MIN = 90
+
+#: What :func:`package_coverage` calls the modules directly under ``src/deltacells``.
+TOP_LEVEL = "deltacells (top level)"
+
 
 @nox.session(python=PYTHONS[-1])
 def coverage(session: nox.Session) -> None:
@@ -87,7 +96,8 @@ def coverage(session: nox.Session) -> None:
     3.12+), then the tests of the kernels with numba's JIT off, so that coverage sees the kernels' Python
     source run (compiled, it never runs as Python). Processes the tests start (dask workers, DataLoader
     workers, killed writers) are not measured. The report lists the files under 100%; ``coverage.json`` holds
-    the figures.
+    the figures. Then each package must reach :data:`PACKAGE_COVERAGE_MIN` percent: the session fails naming
+    every one that does not (:func:`packages_under`).
     """
     session.install("-e.", *nox.project.dependency_groups(PROJECT, "test", "coverage"))
     session.run("coverage", "erase")
@@ -101,6 +111,41 @@ def coverage(session: nox.Session) -> None:
     )  # fmt: skip
     session.run("coverage", "json", "-q", "-o", "coverage.json")
     session.run("coverage", "report", f"--fail-under={COVERAGE_MIN}")
+    under = packages_under(Path("coverage.json"), PACKAGE_COVERAGE_MIN)
+    if under:
+        session.error(f"packages under {PACKAGE_COVERAGE_MIN}% of their statements run: {'; '.join(under)}")
+
+
+def package_coverage(report: dict) -> dict[str, tuple[int, int]]:
+    """``{package: (statements run, statements)}`` from a ``coverage json`` report, for each package of deltacells.
+
+    A package is a first-level subpackage of ``deltacells`` (``deltacells/core/_dataset.py``: ``core``); the
+    modules directly in ``deltacells`` are one package, :data:`TOP_LEVEL`. Files outside ``deltacells`` are left out.
+    """
+    totals: dict[str, tuple[int, int]] = {}
+    for name, data in report["files"].items():
+        parts = Path(name).parts
+        if "deltacells" not in parts:
+            continue
+        inside = parts[parts.index("deltacells") + 1 :]
+        package = inside[0] if len(inside) > 1 else TOP_LEVEL
+        run, statements = totals.get(package, (0, 0))
+        summary = data["summary"]
+        totals[package] = (run + summary["covered_lines"], statements + summary["num_statements"])
+    return totals
+
+
+def packages_under(path: Path, minimum: float) -> list[str]:
+    """The packages (:func:`package_coverage`) of the ``coverage json`` report at ``path`` under ``minimum`` percent.
+
+    Each as ``"name: 87.5% (350 of 400 statements)"``, in name order; empty when every package reaches it.
+    """
+    under = []
+    for package, (run, statements) in sorted(package_coverage(json.loads(path.read_text())).items()):
+        percent = 100.0 * run / statements if statements else 100.0
+        if percent < minimum:
+            under.append(f"{package}: {percent:.1f}% ({run} of {statements} statements)")
+    return under
 
 
 #: The tests that run every numba kernel (``coverage``'s second pass, with the JIT off).

@@ -84,3 +84,39 @@ def test_a_missing_interpreter_fails_the_run(tmp_path):
     assert proc.returncode != 0, output
     assert "3.99 not found" in output, output
     assert "skipped" not in output, output
+
+
+@needs_nox
+def test_packages_under_the_coverage_floor_are_named(noxfile, tmp_path):
+    """Each first-level package of deltacells (and its top-level modules, as one) against the per-package floor."""
+    import json
+
+    def summary(run: int, statements: int) -> dict:
+        return {"summary": {"covered_lines": run, "num_statements": statements}}
+
+    report = {
+        "files": {
+            "src/deltacells/core/_dataset.py": summary(80, 100),
+            "src/deltacells/core/_writer.py": summary(10, 20),  # core: 90 of 120, 75%
+            "src/deltacells/io/_read.py": summary(90, 100),  # io: exactly 90%, not under
+            "src/deltacells/io/_lazy_obs/_frame.py": summary(9, 10),  # a sub-subpackage counts for io
+            "src/deltacells/_memory.py": summary(40, 50),
+            "src/deltacells/errors.py": summary(4, 10),  # top level: 44 of 60
+            "src/deltacells/testing/__init__.py": summary(0, 0),  # no statement: never under
+            "tests/helper.py": summary(0, 10),  # outside deltacells: left out
+        }
+    }
+    path = tmp_path / "coverage.json"
+    path.write_text(json.dumps(report))
+    assert noxfile.package_coverage(report) == {
+        "core": (90, 120),
+        "io": (99, 110),
+        noxfile.TOP_LEVEL: (44, 60),
+        "testing": (0, 0),
+    }
+    assert noxfile.packages_under(path, 90) == [
+        "core: 75.0% (90 of 120 statements)",
+        f"{noxfile.TOP_LEVEL}: 73.3% (44 of 60 statements)",
+    ]
+    assert noxfile.packages_under(path, 70) == []
+    assert noxfile.PACKAGE_COVERAGE_MIN == 90

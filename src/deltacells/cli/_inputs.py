@@ -34,7 +34,7 @@ def detect_format(path: Path) -> str:
 
     Raises
     ------
-    ValueError
+    CLIError
         When the format cannot be told (pass ``--format``).
     """
     name = path.name.lower()

@@ -442,6 +442,8 @@ class CellLoader:
             shares = shares if start else n_parts  # from the epoch's start: one share per worker
         plan = self._plan()
         streams, turns = part_of_order(plan.n_batches, shares, start, part, n_parts)
+        if not streams:  # no batch left: no cells selected, or a state saved after the epoch's last batch
+            return
         # Windows read at once share the decoding threads (and DataLoader workers share the CPUs): on few cores
         # each window is read on its own thread (measured on 2 cores: 1.3x the cells/s of two windows each
         # fanning out to the shared pool).
