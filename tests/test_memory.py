@@ -6,6 +6,7 @@ import mmap
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -163,6 +164,40 @@ def test_released_mappings_are_bounded_in_bytes_and_time(monkeypatch: pytest.Mon
     assert released_bytes() == 3 * MAPPED_MIN_BYTES
     fresh = empty(MAPPED_MIN_BYTES, np.uint8)  # the next large one drops those released too long ago
     assert released_bytes() == 0 and mappings[2].closed and not _mapping_of(fresh).closed
+
+
+@pytest.mark.skipif(not _memory.REUSE, reason="mappings are unmapped when released here")
+def test_a_released_mapping_is_advised_free_only_once_it_stayed_unused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept as it is for HOT_SECONDS (the next read writes it at full speed), then advised MADV_FREE by a timer."""
+    advised: list[int] = []
+    real = mmap.mmap.madvise
+
+    class Recording(mmap.mmap):
+        def madvise(self, option: int, *args: int) -> None:
+            if option == mmap.MADV_FREE:
+                advised.append(id(self))
+            real(self, option, *args)
+
+    monkeypatch.setattr(
+        _memory, "_mapping", lambda nbytes: Recording(-1, nbytes, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    )
+    monkeypatch.setattr(_memory, "HOT_SECONDS", 0.2)
+    _memory.drop_released()
+    first = empty(MAPPED_MIN_BYTES, np.uint8)
+    first[:] = 1
+    mapping = _mapping_of(first)
+    del first
+    again = empty(MAPPED_MIN_BYTES, np.uint8)  # at once: the same mapping, never advised
+    assert _mapping_of(again) is mapping and advised == []
+    del again
+    deadline = time.monotonic() + 10
+    while not advised and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert advised == [id(mapping)]  # once it stayed unused
+    last = empty(MAPPED_MIN_BYTES, np.uint8)  # advised, still reused (its pages, or zeroed ones)
+    assert _mapping_of(last) is mapping
+    del last
+    _memory.drop_released()
 
 
 def test_a_mapping_larger_than_the_bound_is_unmapped_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,11 +27,16 @@ nobody advised: huge pages only where THP is ``always``), and keeps the mapping 
 is freed, to give it to the next array of about its size: reads after the first write memory already
 mapped, which costs no fault at all (a full read of those 100,000 cells, one core: 370 ms of CPU time before,
 205 after). A new mapping's pages are mapped in bulk, ``madvise(MADV_POPULATE_WRITE)`` on the decoding threads
-(:func:`populate`), ahead of the decoding. A released mapping is advised ``MADV_FREE``: the kernel may take its
-pages back whenever it needs memory (it then hands out zeroed pages again, faulting as new), so the memory
-kept is never memory the system lacks. Released mappings are kept up to :data:`MAX_RELEASED_BYTES` in all,
-and for :data:`RELEASED_SECONDS` at most (checked whenever a large array is allocated); where ``MADV_FREE``
-or private mappings do not exist (not Linux, macOS or a BSD), mappings are unmapped when released.
+(:func:`populate`), ahead of the decoding. A released mapping is kept as it is for :data:`HOT_SECONDS`, then
+advised ``MADV_FREE`` (by a timer thread, if no array took it meanwhile): the kernel may then take its pages
+back whenever it needs memory (it hands out zeroed pages again, faulting as new), so the memory kept for long
+is never memory the system lacks. Not at once: ``MADV_FREE`` marks every page clean and old, and the first
+write of each page after it costs the processor a page walk to mark it again (300 MB written by the decoding
+kernel, one core: 77 ms into memory advised ``MADV_FREE``, 57 ms into memory written before; the reads of a
+loop, an epoch or a benchmark's rounds follow each other within seconds). Released mappings are kept up to
+:data:`MAX_RELEASED_BYTES` in all, and for :data:`RELEASED_SECONDS` at most (checked whenever a large array is
+allocated); where ``MADV_FREE`` or private mappings do not exist (not Linux, macOS or a BSD), mappings are
+unmapped when released.
 
 Private mappings also keep a forked child's writes its own: a ``MAP_SHARED`` output (as mapped before) was
 shared with every child forked after it was made (a ``DataLoader`` worker writing into an inherited matrix
@@ -40,6 +45,7 @@ wrote into its parent's). A forked child drops the mappings released in its pare
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import sys
@@ -58,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAPPED_MIN_BYTES",
     "MAX_RELEASED_BYTES",
+    "HOT_SECONDS",
     "MAX_SCRATCH_BYTES",
     "RELEASED_SECONDS",
     "drop_released",
@@ -77,6 +84,9 @@ REUSE_MIN_SHARE = 0.75
 
 #: Seconds a released mapping is kept for the next array before it is unmapped.
 RELEASED_SECONDS = 60.0
+
+#: Seconds a released mapping is kept as it is (its pages the process's) before it is advised ``MADV_FREE``.
+HOT_SECONDS = 5.0
 
 
 def _max_released_bytes() -> int:
@@ -133,9 +143,14 @@ def released_bytes() -> int:
 
 def drop_released() -> None:
     """Unmap every released mapping kept for reuse (the next large arrays map anew)."""
+    global _timer
     with _lock:
         dropped = list(_released)
         _released.clear()
+    with _timer_lock:  # nothing is left to advise
+        if _timer is not None:
+            _timer.cancel()
+        _timer = None
     for block in dropped:
         block.close()
 
@@ -211,6 +226,7 @@ class _Block:
     address: int
     populated: bool = False
     released_at: float = field(default=0.0)
+    advised: bool = False
 
     def close(self) -> None:
         self.mapping.close()
@@ -261,18 +277,52 @@ def _take(nbytes: int) -> _Block:
 
 
 def _release(block: _Block) -> None:
-    """Keep a mapping no array uses any more for the next arrays (its pages given back lazily), or unmap it."""
+    """Keep a mapping no array uses any more for the next arrays (its pages given back lazily later), or unmap it."""
     if not REUSE or block.size > MAX_RELEASED_BYTES:
         block.close()
         return
-    try:
-        block.mapping.madvise(mmap.MADV_FREE)  # the kernel may take the pages back; writes keep those it did not
-    except OSError:  # pragma: no cover - a kernel without MADV_FREE (before Linux 4.5)
-        block.close()
-        return
     block.released_at = time.monotonic()
-    block.populated = True  # (unless the kernel takes pages back: those fault again, as new ones)
+    block.populated = True  # (unless the kernel takes pages back once advised: those fault again, as new ones)
+    block.advised = False
     _released.append(block)
+    _schedule_advice()
+
+
+def _schedule_advice() -> None:
+    """Start the timer that advises ``MADV_FREE`` on mappings released :data:`HOT_SECONDS` ago, unless it runs."""
+    global _timer
+    with _timer_lock:
+        if _timer is not None:
+            return
+        timer = threading.Timer(HOT_SECONDS, _advise_released)
+        timer.daemon = True
+        timer.name = "deltacells-memory"
+        try:
+            timer.start()
+        except RuntimeError:  # at interpreter shutdown: nothing is kept for long then
+            return
+        _timer = timer
+
+
+def _advise_released() -> None:
+    """Advise ``MADV_FREE`` on the mappings released at least :data:`HOT_SECONDS` ago; again later for the others."""
+    global _timer
+    now = time.monotonic()
+    with _lock:
+        waiting = False
+        for block in _released:
+            if block.advised:
+                continue
+            if now - block.released_at < HOT_SECONDS:
+                waiting = True
+                continue
+            with contextlib.suppress(OSError, ValueError):  # a kernel without MADV_FREE (before Linux 4.5)
+                block.mapping.madvise(mmap.MADV_FREE)  # the kernel may take the pages back; writes keep the others
+            block.advised = True
+    with _timer_lock:
+        _timer = None
+    if waiting:
+        _schedule_advice()
 
 
 class _Lease:
@@ -295,11 +345,15 @@ class _Lease:
 
 _lock = threading.Lock()
 _released: list[_Block] = []  # oldest first
+_timer_lock = threading.RLock()  # re-entered when a lease freed by the allocations under it releases its mapping
+_timer: threading.Timer | None = None  # advises MADV_FREE on mappings released HOT_SECONDS ago
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _timer_lock, _timer
     _lock = threading.Lock()
+    _timer_lock = threading.RLock()
+    _timer = None  # (the parent's timer thread is not the child's)
     _released.clear()  # the parent's (copy-on-write here: writing them would copy every page)
 
 
