@@ -6,7 +6,10 @@ radix sort per row), as scipy's canonical CSR has them. This measures, in one ru
 read into a float32 CSR from the page cache, on 1 core and on 2 (every thread of the process pinned to them,
 ``benchmarks/_cpus.py``; deltacells told as many threads), best of ``--repeat`` rounds that interleave:
 
-* ``zstd alone`` on the same frames (every gaps and vals frame decompressed, one thread): the floor;
+* ``zstd alone`` on the same frames (every gaps and vals frame decompressed, one thread): the floor; and
+  ``zstd alone, into one buffer``, the same frames decompressed into one reused buffer, as the decoder does
+  (``decompress()`` returns fresh memory for each frame, whose cost depends on the allocator's state: the
+  floor is the smaller of the two);
 * ``deltacells, stored order``: ``open_dataset(path, threads=k).read_rows()``;
 * ``deltacells, original order``: ``open_dataset(path, threads=k).with_gene_order("original").read_rows()``,
   X alone as the stored order's line reads it;
@@ -47,6 +50,7 @@ from deltacells.format import tile_path
 #: The contenders, in the order of the table.
 CONTENDERS = (
     "zstd alone (floor)",
+    "zstd alone, into one buffer",
     "deltacells, stored order",
     "deltacells, original order",
     "deltacells, original order (default)",
@@ -109,6 +113,13 @@ def _contenders(root: Path, frames: list[bytes], cache: Path, threads: int) -> d
         for frame in frames:
             dctx.decompress(frame)
 
+    sizes = [zstandard.frame_content_size(frame) for frame in frames]
+    buffer = bytearray(max(sizes, default=0))
+
+    def zstd_into_one_buffer() -> None:
+        for frame, size in zip(frames, sizes, strict=True):
+            dctx.stream_reader(frame, read_size=len(frame)).readinto(memoryview(buffer)[:size])
+
     def stored() -> object:
         return deltacells.open_dataset(root / "ds", tile_cache_bytes=0, threads=threads).read_rows()
 
@@ -124,6 +135,7 @@ def _contenders(root: Path, frames: list[bytes], cache: Path, threads: int) -> d
 
     return {
         "zstd alone (floor)": zstd_alone,
+        "zstd alone, into one buffer": zstd_into_one_buffer,
         "deltacells, stored order": stored,
         "deltacells, original order": original_x,
         "deltacells, original order (default)": original,

@@ -245,3 +245,24 @@ def test_a_group_of_tiles_without_small_chunks(write_dataset: Callable[..., Path
     for threads in (1, 2):
         got = open_dataset(path, threads=threads).read_rows(dtype=np.int64)
         assert (got != matrix).nnz == 0
+
+
+@pytest.mark.parametrize("tile_tasks", [True, False], ids=["a-task-a-tile", "chunks-shared"])
+def test_large_tiles_read_as_tasks_or_with_their_chunks_shared(
+    atlas: Path, counts: sparse.csr_matrix, copy: Path, monkeypatch: pytest.MonkeyPatch, tile_tasks: bool
+) -> None:
+    """Every tile large (a unit of work each): a task a tile, or read here and their chunks shared: same results."""
+    monkeypatch.setattr(_into, "WORK_UNIT_NNZ", 1)  # every tile large: a group of its own
+    monkeypatch.setattr(_into, "TILE_TASKS_PER_THREAD", 1 if tile_tasks else 10**9)
+    for gene_order in ("original", "stored"):
+        dataset = open_dataset(atlas, threads=2, tile_cache_bytes=0).with_gene_order(gene_order)
+        for index in RANGES:
+            _assert_same(dataset.read_rows(index, dtype=np.float32), _expected(counts, index, gene_order, np.float32))
+    for tile in (70, 30):
+        _rewrite(copy / tile_path(tile), _declare_another_size)
+    (copy / tile_path(50)).unlink()
+    for _ in range(3):  # the first broken tile in order is named, whichever thread met which first
+        with pytest.raises(FormatError, match=tile_path(30)):
+            open_dataset(copy, threads=2, tile_cache_bytes=0).read_rows()
+    with pytest.raises(MissingObjectError, match="tile 50"):
+        open_dataset(copy, threads=2, tile_cache_bytes=0).read_rows(slice(31 * TILE, N_CELLS))

@@ -54,6 +54,12 @@ DIRECT_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.float32, 
 #: (enough to keep them busy while the next tile is checked).
 UNITS_AHEAD_PER_THREAD = 4
 
+#: A read of at least this many tiles per decoding thread makes each tile a task of its own (read, checked and
+#: decoded by one thread); fewer, and a large tile is read and checked by the calling thread and its chunks
+#: shared among the threads. 100,000 resampled Visium cells (49 tiles of 24 chunks), 2 threads: 0.15 s shared,
+#: 0.10 s a task a tile.
+TILE_TASKS_PER_THREAD = 4
+
 
 def read_tiles_into(
     reader: TileReader,
@@ -112,9 +118,12 @@ def read_tiles_into(
     decodes: deque[Future[bool]] = deque()
     held: deque[tuple[bytearray, list[Future[bool]]]] = deque()  # a tile's buffer, until its chunks are done
     large = False
+    # Tiles enough for every thread to have several: each large one is a task too (read, checked and decoded on
+    # a decoding thread), so that reads and checks run beside the decoding rather than before it, on this thread.
+    tile_tasks = pool is not None and tiles.shape[0] >= TILE_TASKS_PER_THREAD * n_threads
     try:
         for first, stop in tile_groups(reader.manifest.tile_nnz[tiles]):
-            if stop - first > 1 or int(reader.manifest.tile_nnz[tiles[first]]) < WORK_UNIT_NNZ:
+            if tile_tasks or stop - first > 1 or int(reader.manifest.tile_nnz[tiles[first]]) < WORK_UNIT_NNZ:
                 try:
                     blobs = None if fetches.local else [fetches.take(k)[1] for k in range(first, stop)]
                 except MissingObjectError:
