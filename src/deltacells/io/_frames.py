@@ -16,33 +16,80 @@ from deltacells.io._names import default_names
 from deltacells.io._var_frame import string_values, var_frame
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from deltacells.core import Dataset
 
 __all__ = [
     "default_names_of",
+    "column_order",
     "in_column_order",
     "names_known_unique",
     "obs_store_and_columns",
     "read_gene_keys",
     "read_obs_frame",
     "read_var",
+    "without_validity",
 ]
 
 
-def read_var(dataset: Dataset) -> pd.DataFrame:
-    """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``."""
-    n_genes = dataset.n_genes
+def read_var(dataset: Dataset, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The gene table: ``var.parquet`` (index kept), else ``var_names.txt``, else ``"0" .. "n-1"``.
+
+    ``rows`` (stored gene numbers, e.g. :func:`column_order`'s) picks and orders the genes, before the table
+    becomes pandas': under pandas 3 a ``str`` column taken in another order carries a validity bitmap that
+    anndata's readers never make (a byte in ``AnnData.__sizeof__`` for every 8 genes).
+    """
     table = dataset.var_table()
     if table is not None:
-        var = var_frame(table)
+        var = var_frame(table if rows is None else without_validity(table.take(rows)))
         if not isinstance(var.index, pd.RangeIndex) or var.index.name is not None:
             var.index = var.index.astype(str)
         else:
-            names = dataset.var_names()
-            var.index = pd.Index(names if names is not None else [str(i) for i in range(n_genes)])
+            var.index = pd.Index(_names(dataset, rows))
         return var
+    return pd.DataFrame(index=pd.Index(_names(dataset, rows)))
+
+
+def without_validity(table: pa.Table) -> pa.Table:
+    """``table`` with the validity bitmaps of columns without nulls dropped (those Arrow's ``take`` adds).
+
+    Only flat columns (numbers, booleans, strings): their first buffer is the bitmap, and an array built
+    without it is the same array.
+    """
+    import pyarrow as pa
+
+    columns = []
+    for column in table.columns:
+        kind = column.type
+        flat = pa.types.is_primitive(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        if not flat or column.null_count:
+            columns.append(column)
+            continue
+        chunks = [
+            pa.Array.from_buffers(kind, len(chunk), [None, *chunk.buffers()[1:]], null_count=0, offset=chunk.offset)
+            for chunk in column.chunks
+        ]
+        columns.append(pa.chunked_array(chunks, type=kind))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _names(dataset: Dataset, rows: np.ndarray | None) -> list[str] | np.ndarray:
+    """``var_names.txt`` (``"0" .. "n-1"`` without it), its lines ``rows`` only, in that order."""
     names = dataset.var_names()
-    return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
+    if names is None:
+        names = [str(i) for i in range(dataset.n_genes)]
+    return names if rows is None else np.asarray(names, dtype=object)[rows]
+
+
+def column_order(dataset: Dataset) -> np.ndarray | None:
+    """The stored gene of each of the dataset's columns when it reads the genes in their original order, else None."""
+    order = dataset.gene_permutation() if dataset.gene_order == "original" else None
+    if order is None:
+        return None
+    stored_of = np.empty_like(order)  # the inverse permutation, without a sort
+    stored_of[order] = np.arange(order.shape[0], dtype=order.dtype)
+    return stored_of
 
 
 def read_gene_keys(dataset: Dataset, var_key: str | None) -> pd.Index | None:
@@ -138,9 +185,5 @@ def names_known_unique(dataset: Dataset, *, obs_names: bool, var: pd.DataFrame |
 
 def in_column_order(var: pd.DataFrame, dataset: Dataset) -> pd.DataFrame:
     """``var`` (stored order) in the order of the dataset's columns (the original order, if it reads in it)."""
-    order = dataset.gene_permutation() if dataset.gene_order == "original" else None
-    if order is None:
-        return var
-    stored_of = np.empty_like(order)  # the inverse permutation, without a sort
-    stored_of[order] = np.arange(order.shape[0], dtype=order.dtype)
-    return var.iloc[stored_of]
+    rows = column_order(dataset)
+    return var if rows is None else var.iloc[rows]

@@ -18,8 +18,8 @@ from deltacells.io._assemble import anndata_parts, counts_location_in, counts_of
 from deltacells.io._collection import is_collection, read_collection
 from deltacells.io._dask import Chunks, dataset_for, parse_chunks, source_of
 from deltacells.io._frames import (
+    column_order,
     default_names_of,
-    in_column_order,
     names_known_unique,
     obs_store_and_columns,
     read_obs_frame,
@@ -243,7 +243,7 @@ def _read_dataset(
     X = with_read_options(TiledCSRDataset(dataset, dtype), ReadOptions(_cache_dir_text(cache_dir)))
     if chunks is not None:
         X = X.to_dask(chunks)
-    var = in_column_order(read_var(dataset), dataset)
+    var = read_var(dataset, column_order(dataset))
     parts, raw = anndata_parts(dataset, X, var, extras=extras)
     if _use_lazy_obs(lazy_obs, dataset.n_cells):
         obs = _lazy_obs_frame(dataset, obs_columns, obs_names=obs_names, cache_dir=cache_dir, verify=verify_obs)
