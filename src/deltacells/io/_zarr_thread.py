@@ -4,9 +4,10 @@ zarr's synchronous API (``Group.create_array``, ``Array.__setitem__``, an ``attr
 to an event loop on zarr's own I/O thread and waits for it: a round trip between two threads a call, and
 anndata makes several an array (is the key there, create, get, set, get and update the attributes twice). For
 a group in memory nothing in those coroutines waits on I/O, so :func:`zarr_on_this_thread` has zarr run them
-on an event loop of the calling thread instead, for as long as the block lasts: zarr's ``sync`` (the one
-function its synchronous API calls) is replaced once by one that does so for the threads inside such a block
-and calls zarr's own for every other thread.
+on an event loop of the calling thread instead, for as long as the block lasts (the codecs too, which zarr
+hands to a thread of the loop's executor): zarr's ``sync`` (the one function its synchronous API calls) is
+replaced once by one that does so for the threads inside such a block and calls zarr's own for every other
+thread.
 
 Nothing changes where the replacement cannot be made (a zarr without ``zarr.core.sync.sync``) or where the
 calling thread already runs an event loop (a notebook's): zarr's own thread runs the coroutines, as always.
@@ -19,9 +20,12 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 __all__ = ["zarr_on_this_thread"]
+
+_T = TypeVar("_T")
 
 _LOCAL = threading.local()
 _LOCK = threading.Lock()
@@ -39,15 +43,32 @@ def zarr_on_this_thread() -> Iterator[None]:
         yield  # already inside such a block, or zarr's own thread it is
         return
     loop = asyncio.new_event_loop()
+    loop.set_default_executor(_CallingThread(max_workers=1))  # the codecs, which zarr runs with to_thread
     _LOCAL.loop = loop
     try:
         yield
     finally:
         _LOCAL.loop = None
+        loop.close()
+
+
+class _CallingThread(ThreadPoolExecutor):
+    """An executor that runs each function at once on the thread that submits it: no thread is started.
+
+    zarr hands each chunk's compression to a thread (``asyncio.to_thread``) so that its event loop goes on
+    meanwhile; inside the block nothing else waits on the loop, and a hop there and back a chunk is all it costs.
+    """
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        """``fn(*args, **kwargs)`` run now; its result (or its exception) in a finished future."""
+        future: Future[_T] = Future()
         try:
-            loop.run_until_complete(loop.shutdown_default_executor())  # the threads codecs ran on (to_thread)
-        finally:
-            loop.close()
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # given to whoever awaits the future, as a thread's would be
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+        return future
 
 
 def _running_loop() -> bool:
