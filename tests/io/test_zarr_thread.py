@@ -8,10 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pytest
 import zarr
 import zarr.storage
 
-from deltacells.io._zarr_thread import zarr_on_this_thread
+from deltacells.io._zarr_thread import _CallingThread, zarr_on_this_thread
 
 
 class _ThreadsStore(zarr.storage.MemoryStore):
@@ -69,3 +70,12 @@ def test_nested_blocks_and_a_running_event_loop_leave_zarr_as_it_is() -> None:
         return inner.threads
 
     assert threading.get_ident() not in asyncio.run(in_a_loop())
+
+
+def test_the_codecs_executor_runs_each_function_on_the_submitting_thread() -> None:
+    executor = _CallingThread(max_workers=1)
+    assert executor.submit(threading.get_ident).result() == threading.get_ident()
+    failed = executor.submit(divmod, 1, 0)
+    assert failed.done()
+    with pytest.raises(ZeroDivisionError):
+        failed.result()
