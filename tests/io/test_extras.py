@@ -25,7 +25,7 @@ from deltacells.errors import FormatError
 from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME
 from deltacells.io import _extras, _zarr_batch
 from deltacells.io._extras import collect_extras, write_extras
-from deltacells.storage import FsspecStore, open_store
+from deltacells.storage import BaseStore, FsspecStore, open_store
 
 da = pytest.importorskip("dask.array")
 
@@ -378,7 +378,9 @@ def test_the_budget_takes_elements_while_it_lasts() -> None:
 
 
 class _FailingStore(FsspecStore):
-    """A local store whose writes of one object fail."""
+    """A local store whose writes of one object fail, written all at once (as an object store's are)."""
+
+    write_many = BaseStore.write_many
 
     def submit_write(self, path: str, data: bytes) -> Future[None]:
         if path.endswith("obsm/X_pca/.zarray"):
@@ -397,3 +399,12 @@ def test_a_failed_write_is_raised_and_no_manifest_is_written(tmp_path: Path) -> 
     with pytest.raises(OSError, match=r"obsm/X_pca/\.zarray"):
         deltacells.write_deltacells(adata, store, layer="counts", progress=False)
     assert not (tmp_path / "whole" / "manifest.json").exists()
+
+
+def test_a_failed_file_write_is_raised(tmp_path: Path) -> None:
+    counts, elements = collect_extras(full_anndata(), layer="counts", raw=False)
+    blocked = tmp_path / "ds" / EXTRAS_NAME / "obsm" / "X_pca"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_bytes(b"a file where the array's folder goes")
+    with pytest.raises(OSError, match=r"obsm/X_pca"):
+        write_extras(open_store(tmp_path / "ds"), counts, elements)

@@ -1,13 +1,17 @@
 """On a local disk a dataset reaches the device before its manifest names it, and the manifest after.
 
 Power loss cannot be staged in a test; what can be checked is the order of the flushes: every file and folder
-of the dataset is flushed (``fsync``) before ``manifest.json`` exists, then the manifest and the folders that
-name it. Object stores flush nothing (a write that returned is durable).
-"""
+of the dataset is flushed (``fsync``, or a ``syncfs`` of the filesystem holding the dataset's folder) before
+``manifest.json`` exists, then the manifest and the folders that name it. Both ways are checked: ``syncfs``
+(Linux) and one ``fsync`` a file (elsewhere, or where ``syncfs`` is unavailable). Object stores flush nothing (a
+write that returned is durable)."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,21 +26,42 @@ from deltacells.datasets import synthetic_counts
 FLUSHERS = (durable, commit_module)
 
 
-@pytest.fixture
-def flushed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """Each path flushed, in order, with whether a manifest existed beside the dataset's folders then."""
-    record: list[tuple[str, bool]] = []
-    real = durable.fsync_path
+def spy_flushes(monkeypatch: pytest.MonkeyPatch, on_flush: Callable[[str], None], *, syncfs: bool) -> None:
+    """Call ``on_flush`` with each path flushed: each ``fsync``, and all that a ``syncfs`` of a folder flushed.
+
+    A ``syncfs`` flushes the folder's whole filesystem; what is recorded is what existed under the folder then.
+    With ``syncfs=False`` it is unavailable (as on macOS and Windows), and every file is flushed by ``fsync``.
+    """
+    real_fsync, real_syncfs = durable.fsync_path, durable.syncfs_path
 
     def fsync_path(path: str) -> None:
-        root = Path(path)
-        while root.parent != root and not (root / "tiles").is_dir():
-            root = root.parent
-        record.append((os.path.abspath(path), (root / "manifest.json").exists()))
-        real(path)
+        on_flush(os.path.abspath(path))
+        real_fsync(path)
+
+    def syncfs_path(path: str) -> bool:
+        if not (syncfs and real_syncfs(path)):
+            return False
+        for entry in sorted(_everything_under(Path(path))):
+            on_flush(entry)
+        return True
 
     for module in FLUSHERS:
         monkeypatch.setattr(module, "fsync_path", fsync_path)
+    monkeypatch.setattr(durable, "syncfs_path", syncfs_path)
+
+
+@pytest.fixture(params=["syncfs", "fsync"])
+def flushed(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> list[tuple[str, bool]]:
+    """Each path flushed, in order, with whether a manifest existed beside the dataset's folders then."""
+    record: list[tuple[str, bool]] = []
+
+    def on_flush(path: str) -> None:
+        root = Path(path)
+        while root.parent != root and not (root / "tiles").is_dir():
+            root = root.parent
+        record.append((path, (root / "manifest.json").exists()))
+
+    spy_flushes(monkeypatch, on_flush, syncfs=request.param == "syncfs")
     return record
 
 
@@ -78,8 +103,9 @@ def _moved_in(path: str, out: Path) -> str:
     return path
 
 
+@pytest.mark.parametrize("syncfs", [True, False], ids=["syncfs", "fsync"])
 def test_an_append_is_flushed_before_its_commit_and_its_moves_before_the_finished_manifest(
-    tmp_path: Path, flushed, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncfs: bool
 ) -> None:
     from deltacells.storage import FsspecStore
 
@@ -94,12 +120,9 @@ def test_an_append_is_flushed_before_its_commit_and_its_moves_before_the_finishe
             events.append(("manifest", ""))
 
     monkeypatch.setattr(FsspecStore, "write", write)
-    flushed.clear()
     new = synthetic_counts(80, 40, seed=2)
     new.obs_names = [f"new{i}" for i in range(80)]
-    real_fsync = durable.fsync_path
-    for module in FLUSHERS:
-        monkeypatch.setattr(module, "fsync_path", lambda path: (events.append(("fsync", path)), real_fsync(path)))
+    spy_flushes(monkeypatch, lambda path: events.append(("fsync", path)), syncfs=syncfs)
     deltacells.write_deltacells(new, out, append=True, progress=False)
 
     commit, finished = [i for i, (kind, _) in enumerate(events) if kind == "manifest"]
@@ -122,3 +145,33 @@ def test_object_stores_flush_nothing(s3_bucket, flushed) -> None:
     )
     assert flushed == []
     assert deltacells.read_deltacells(url, storage_options=s3_bucket.storage_options).n_obs == 50
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [(errno.ENOSYS, "fsync"), (errno.EPERM, "fsync"), (errno.EIO, "raised")],
+    ids=["no-syscall", "filtered", "write-back-error"],
+)
+def test_a_folder_falls_back_to_fsync_where_syncfs_is_unavailable_and_its_errors_are_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int, outcome: str
+) -> None:
+    folder = tmp_path / "folder"
+    (folder / "inner").mkdir(parents=True)
+    for name in ("a", "inner/b", "inner/c"):
+        (folder / name).write_bytes(b"x")
+
+    def syncfs(descriptor: int) -> int:
+        ctypes.set_errno(error)
+        return -1
+
+    monkeypatch.setattr(durable, "_syncfs", lambda: syncfs)
+    fsynced: list[str] = []
+    monkeypatch.setattr(durable, "fsync_path", fsynced.append)
+    if outcome == "raised":
+        with pytest.raises(OSError, match="syncfs") as info:
+            durable.fsync_tree(str(folder), str(tmp_path))
+        assert info.value.errno == error
+        assert fsynced == []
+        return
+    durable.fsync_tree(str(folder), str(tmp_path))
+    assert set(fsynced) == _everything_under(folder) | {str(tmp_path)}  # each one, and the folder naming it

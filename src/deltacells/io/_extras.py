@@ -19,6 +19,7 @@ from deltacells.errors import InvalidTypeError, warn
 from deltacells.format import EXTRAS_FORMAT, EXTRAS_NAME, MAPPINGS, RAW_VARM, Extras, is_raw_varm
 from deltacells.io._combine_parts import combine_parts
 from deltacells.io._zarr_batch import BatchBudget, store_objects
+from deltacells.io._zarr_thread import zarr_on_this_thread
 from deltacells.storage import zarr_store
 
 if TYPE_CHECKING:
@@ -93,10 +94,11 @@ def write_extras(
     """Write ``elements`` with anndata's element writer into ``anndata.zarr`` in ``store``; consolidate its metadata.
 
     ``group_path`` is the group's path in ``store`` (an append writes a part of its own under ``anndata.zarr``).
-    The elements in memory are written into a zarr group in memory first, then stored in one concurrent pass
-    (:mod:`deltacells.io._zarr_batch`), the consolidated metadata with them; the others (dask arrays, elements
-    beyond :data:`~deltacells.io._zarr_batch.BATCH_BYTES`) are then written in place, and the metadata
-    consolidated there. Either way the objects are those zarr writes.
+    The elements in memory are written into a zarr group in memory first (zarr's coroutines run on this thread:
+    :mod:`deltacells.io._zarr_thread`), then stored in one pass (:mod:`deltacells.io._zarr_batch`), the
+    consolidated metadata with them; the others (dask arrays, elements beyond
+    :data:`~deltacells.io._zarr_batch.BATCH_BYTES`) are then written in place, and the metadata consolidated
+    there. Either way the objects are those zarr writes.
 
     Raises
     ------
@@ -110,16 +112,17 @@ def write_extras(
     budget = BatchBudget()
     in_memory = [budget.takes(value) for _, _, value in items]
     objects: dict[str, Any] = {}
-    memory = zarr.storage.MemoryStore(objects)
-    group = zarr.open_group(memory, mode="w", zarr_format=EXTRAS_FORMAT)
-    for mapping in dict.fromkeys(mapping for mapping, _, _ in items if mapping):  # every mapping, even one not here
-        # (raw's varm alone is nested: raw itself is the tiles'; anndata 0.13 refuses a nested key)
-        parent, name = (group.require_group("raw"), "varm") if mapping == RAW_VARM else (group, mapping)
-        _write_element(parent, "", name, {})  # an anndata dict, so that anndata reads the mapping whole too
-    _write_elements(group, [item for item, here in zip(items, in_memory, strict=True) if here])
     in_place = [item for item, here in zip(items, in_memory, strict=True) if not here]
-    if not in_place:
-        zarr.consolidate_metadata(memory, zarr_format=EXTRAS_FORMAT)
+    with zarr_on_this_thread():  # a group in memory: zarr's coroutines need not hop to its I/O thread
+        memory = zarr.storage.MemoryStore(objects)
+        group = zarr.open_group(memory, mode="w", zarr_format=EXTRAS_FORMAT)
+        for mapping in dict.fromkeys(mapping for mapping, _, _ in items if mapping):  # every mapping, even absent
+            # (raw's varm alone is nested: raw itself is the tiles'; anndata 0.13 refuses a nested key)
+            parent, name = (group.require_group("raw"), "varm") if mapping == RAW_VARM else (group, mapping)
+            _write_element(parent, "", name, {})  # an anndata dict, so that anndata reads the mapping whole too
+        _write_elements(group, [item for item, here in zip(items, in_memory, strict=True) if here])
+        if not in_place:
+            zarr.consolidate_metadata(memory, zarr_format=EXTRAS_FORMAT)
     store_objects(store, group_path, objects)
     del objects, memory, group
     if in_place:

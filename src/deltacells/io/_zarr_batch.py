@@ -5,8 +5,9 @@ frame one per column, ``uns`` dozens), and zarr stores each array's metadata and
 own, one awaited write after the other: on a local disk a temporary file, a rename and directories made for
 each, over the network a request each. Written into a :class:`zarr.storage.MemoryStore` instead, the same
 objects cost nothing but their encoding, and are then stored all at once by the dataset's store
-(:meth:`~deltacells.storage.BaseStore.submit_write`: on its I/O threads, or its client's concurrent
-requests), with the group's consolidated metadata among them: byte for byte what zarr would have written.
+(:meth:`~deltacells.storage.BaseStore.write_many`: its client's concurrent requests, or on a local disk the
+files one after the other, each directory made once), with the group's consolidated metadata among them: byte
+for byte what zarr would have written.
 
 Only elements already in memory go through memory, and only up to :data:`BATCH_BYTES` of them in all: the
 others (dask arrays, elements larger than what is left of the budget, types whose size is unknown here) are
@@ -15,9 +16,7 @@ written by zarr at their place, after the batch, as before.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -99,27 +98,14 @@ class BatchBudget:
 
 
 def store_objects(store: BaseStore, prefix: str, objects: Mapping[str, Any]) -> None:
-    """Write every object of a memory store (``{key: zarr buffer}``) at ``prefix/key`` in ``store``, concurrently.
+    """Write every object of a memory store (``{key: zarr buffer}``) at ``prefix/key`` in ``store``.
 
-    Returns once all are stored.
+    One :meth:`~deltacells.storage.BaseStore.write_many`: concurrent requests to an object store, the files one
+    after the other on a local disk (each directory made once). Returns once all are stored.
 
     Raises
     ------
     Exception
-        The first write that failed (naming its object); the others still queued are cancelled, those under
-        way waited for.
+        The first write that failed (naming its object).
     """
-    pending: list[Future[None]] = [
-        store.submit_write(f"{prefix}/{key}", buffer.to_bytes()) for key, buffer in sorted(objects.items())
-    ]
-    try:
-        for future in pending:
-            future.result()
-    except BaseException:
-        for future in pending:
-            future.cancel()
-        for future in pending:
-            if not future.cancelled():
-                with contextlib.suppress(Exception):  # the first failure is the one raised
-                    future.result()
-        raise
+    store.write_many({f"{prefix}/{key}": buffer.to_bytes() for key, buffer in sorted(objects.items())})

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -146,6 +147,31 @@ class BaseStore(abc.ABC):
     def submit_write(self, path: str, data: bytes) -> Future[None]:
         """Start ``write`` apart from the calling thread (see ``submit_read``)."""
         return self._io_pool().submit(self.write, path, data)
+
+    def write_many(self, objects: Mapping[str, bytes]) -> None:
+        """Write every object of ``objects`` (``{path: bytes}``) as :meth:`write` does; return once all are stored.
+
+        The default starts them all at once (:meth:`submit_write`: concurrent requests); a local disk writes
+        them one after the other instead, each directory made once (see ``FsspecStore``).
+
+        Raises
+        ------
+        Exception
+            The first write that failed (naming its object); the others still queued are cancelled, those under
+            way waited for.
+        """
+        pending = [self.submit_write(path, data) for path, data in objects.items()]
+        try:
+            for future in pending:
+                future.result()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            for future in pending:
+                if not future.cancelled():
+                    with contextlib.suppress(Exception):  # the first failure is the one raised
+                        future.result()
+            raise
 
     def _io_pool(self) -> ThreadPoolExecutor:
         """The store's I/O threads, created on first use in each process (never pickled)."""

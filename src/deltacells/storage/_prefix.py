@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
@@ -86,6 +86,10 @@ class PrefixStore(BaseStore):
     def write(self, path: str, data: bytes) -> None:
         """Write object ``path`` whole, atomically."""
         self.store.write(self._inner(path), data)
+
+    def write_many(self, objects: Mapping[str, bytes]) -> None:
+        """Write every object of ``objects`` through the inner store's ``write_many``."""
+        self.store.write_many({self._inner(path): data for path, data in objects.items()})
 
     def delete(self, path: str) -> None:
         """Remove object or prefix ``path``; nothing happens when absent."""

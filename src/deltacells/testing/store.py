@@ -205,6 +205,16 @@ class StoreTests:
         store.write("b", memoryview(b"def"))  # type: ignore[arg-type]
         assert store.read_many([("a", None, None), ("b", None, None)]) == [b"abc", b"def"]
 
+    def test_write_many(self, store: BaseStore) -> None:
+        """``write_many`` stores every object whole, new folders and replaced objects alike, and nothing else."""
+        store.write("g/old.bin", b"old")
+        objects = {f"g/{i % 3}/{i}.bin": bytes([i]) * (i * 100) for i in range(12)} | {"g/old.bin": b"new", "top": b""}
+        store.write_many(objects)
+        assert store.read_many([(path, None, None) for path in objects]) == list(objects.values())
+        assert store.list("g") == ["0", "1", "2", "old.bin"]
+        assert store.list("g/1") == sorted(f"{i}.bin" for i in range(1, 12, 3))
+        store.write_many({})
+
     def test_concurrent_writes_from_threads(self, store: BaseStore) -> None:
         """Threads writing different objects under new prefixes at once all succeed."""
         n_threads, per_thread = 8, 6
