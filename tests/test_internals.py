@@ -577,6 +577,36 @@ def _s3fs_cat_file_concurrent() -> None:
     assert inspect.iscoroutinefunction(S3FileSystem._size)
 
 
+# ---------------------------------------------------------------------- zarr
+
+
+@check("zarr.core.sync.sync")
+def _zarr_sync() -> None:
+    import zarr
+    import zarr.storage
+
+    sync = reach("zarr.core.sync.sync")
+    assert parameters(sync)[:2] == ["coro", "loop"]
+    seen: list[str] = []
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(coro: Any, loop: Any = None, **kwargs: Any) -> Any:
+            seen.append(getattr(coro, "__qualname__", type(coro).__name__))
+            return original(coro, loop=loop, **kwargs)
+
+        return counting
+
+    # zarr's synchronous API hands its coroutines to the function of zarr.core.sync, found where zarr holds it
+    current = sync  # zarr's own, or deltacells' around it (once the extras were written in this process)
+    assert _internals.replace_zarr_sync(make)
+    try:
+        group = zarr.open_group(zarr.storage.MemoryStore(), mode="w", zarr_format=2)
+        group.create_array("a", shape=(3,), dtype="i4")[:] = [1, 2, 3]
+        assert seen, "zarr's synchronous calls no longer go through zarr.core.sync.sync"
+    finally:
+        assert _internals.replace_zarr_sync(lambda _: current)  # as it was
+
+
 # ---------------------------------------------------------------------- the interpreter (no internal used)
 
 
@@ -604,6 +634,7 @@ INTERNAL_MODULES = (
     "numba.core",
     "scanpy._",
     "xarray.core",
+    "zarr.core",
 )
 
 #: Private names of other libraries that deltacells used or uses: reading them is reaching an internal.
@@ -638,7 +669,7 @@ def _internal_module(name: str) -> bool:
 
 
 #: The libraries whose internals deltacells uses (a dotted name in a string, reached with getattr or importlib).
-LIBRARIES = ("anndata", "dask", "fast_array_utils", "fsspec", "numba", "s3fs", "scanpy", "xarray")
+LIBRARIES = ("anndata", "dask", "fast_array_utils", "fsspec", "numba", "s3fs", "scanpy", "xarray", "zarr")
 
 
 def _names_an_internal(text: str) -> bool:

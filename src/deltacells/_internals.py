@@ -65,6 +65,7 @@ XARRAY = ("2026.9.0",)
 DASK = ("2026.8.0",)
 FSSPEC = ("2026.9.0",)
 S3FS = ("2026.9.0",)
+ZARR = ("3.1.6", "3.4.2")
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,16 @@ _ENTRIES = (
         ("deltacells.storage._fsspec",),
         "its presence says that s3fs's _cat_file takes max_concurrency= (s3fs 2024.3+): a whole object is then "
         "read with one GET, without a HEAD for its size first",
+    ),
+    # --------------------------------------------------------------- zarr
+    Internal(
+        "zarr.core.sync.sync",
+        "zarr",
+        ZARR,
+        ("deltacells.io._zarr_thread",),
+        "the one function zarr's synchronous API hands every coroutine to (run on zarr's I/O thread, a round "
+        "trip between threads a call): replaced, for the modules of zarr holding it, by one that runs them on "
+        "the writing thread while anndata writes the extras into a group in memory (zarr has no public way)",
     ),
 )
 
@@ -738,6 +749,27 @@ async def fsspec_cat_file(fs: Any, path: str, **options: Any) -> bytes:
 async def fsspec_size(fs: Any, path: str) -> int:
     """An asynchronous filesystem's ``size`` coroutine."""
     return int(await fs._size(path))
+
+
+def replace_zarr_sync(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
+    """Replace zarr's ``sync`` by ``make(zarr's sync)`` wherever zarr holds it; whether it could be.
+
+    Every module of zarr imported so far that holds the function by name gets the replacement; those imported
+    later take it from ``zarr.core.sync``. False (nothing replaced) when zarr has no such function.
+    """
+    import sys
+
+    try:
+        original = reach("zarr.core.sync.sync")
+    except InternalChangedError:
+        return False
+    if not callable(original):  # pragma: no cover - zarr 3 has it
+        return False
+    replacement = make(original)
+    for name, module in list(sys.modules.items()):
+        if (name == "zarr" or name.startswith("zarr.")) and getattr(module, "sync", None) is original:
+            setattr(module, "sync", replacement)  # noqa: B010 (mypy knows no attribute sync of a module)
+    return True
 
 
 def s3fs_reads_in_one_request(fs: Any) -> bool:

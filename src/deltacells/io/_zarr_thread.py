@@ -6,8 +6,8 @@ anndata makes several an array (is the key there, create, get, set, get and upda
 a group in memory nothing in those coroutines waits on I/O, so :func:`zarr_on_this_thread` has zarr run them
 on an event loop of the calling thread instead, for as long as the block lasts (the codecs too, which zarr
 hands to a thread of the loop's executor): zarr's ``sync`` (the one function its synchronous API calls) is
-replaced once by one that does so for the threads inside such a block and calls zarr's own for every other
-thread.
+replaced once (``deltacells._internals.replace_zarr_sync``: ``zarr.core.sync`` is zarr's internal) by one that does
+so for the threads inside such a block and calls zarr's own for every other thread.
 
 Nothing changes where the replacement cannot be made (a zarr without ``zarr.core.sync.sync``) or where the
 calling thread already runs an event loop (a notebook's): zarr's own thread runs the coroutines, as always.
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from deltacells import _internals
 
 __all__ = ["zarr_on_this_thread"]
 
@@ -83,25 +84,8 @@ def _install() -> bool:
     """Replace zarr's ``sync`` (once) by :func:`_sync_here` around it; False when zarr has no such function."""
     with _LOCK:
         if not _installed:
-            _installed.append(_replace_sync())
+            _installed.append(_internals.replace_zarr_sync(_sync_here))
         return _installed[0]
-
-
-def _replace_sync() -> bool:
-    try:
-        import zarr.core.sync as zarr_sync
-    except ImportError:  # pragma: no cover - zarr 3 has it
-        return False
-    original = getattr(zarr_sync, "sync", None)
-    if not callable(original):  # pragma: no cover - zarr 3 has it
-        return False
-    replacement = _sync_here(original)
-    # The modules that imported the function by name hold their own reference; those imported later take the
-    # replacement from zarr.core.sync.
-    for name, module in list(sys.modules.items()):
-        if (name == "zarr" or name.startswith("zarr.")) and getattr(module, "sync", None) is original:
-            setattr(module, "sync", replacement)  # noqa: B010 (mypy knows no attribute sync of a module)
-    return True
 
 
 def _sync_here(original: Callable[..., Any]) -> Callable[..., Any]:
