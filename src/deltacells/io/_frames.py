@@ -16,6 +16,8 @@ from deltacells.io._names import default_names
 from deltacells.io._var_frame import string_values, var_frame
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from deltacells.core import Dataset
 
 __all__ = [
@@ -45,14 +47,16 @@ def read_var(dataset: Dataset) -> pd.DataFrame:
     return pd.DataFrame(index=pd.Index(names if names is not None else [str(i) for i in range(n_genes)]))
 
 
-def read_gene_keys(dataset: Dataset, var_key: str | None) -> pd.Index | None:
+def read_gene_keys(dataset: Dataset, var_key: str | None, *, table: pa.Table | None = None) -> pd.Index | None:
     """The var names (``var_key=None``) or var column ``var_key``'s values as strings, in stored order.
 
     What ``read_var(dataset)`` gives (its index, or the column as ``str``), read from that column alone when it
     is one of strings (building the whole frame costs milliseconds a dataset, which a collection of thousands
-    pays at open); None if var has no column ``var_key``.
+    pays at open); None if var has no column ``var_key``. ``table``: the gene table when it was read already
+    (a collection fetches them all at once), else it is read.
     """
-    table = dataset.var_table()
+    if table is None:
+        table = dataset.var_table()
     values = None if table is None else string_values(table, var_key)
     if values is not None:
         stored: pd.Index = pd.Index(values)
