@@ -16,8 +16,9 @@ These run with the default client of ``s3://`` URLs (obstore where it is install
 and genes) runs again with each client in turn, fsspec (s3fs, botocore) and obstore, ``--repeat`` times (the best
 kept; ``DELTACELLS_STORAGE_CLIENT`` chooses the client), under ``clients``; all of it under ``moto`` and ``fast``.
 
-Reported: seconds, the CPU seconds of the client and of the server (moto's server and the proxy, or the fast
-server, in their own process on the same two cores), requests, the most requests in flight, and the time one
+The servers' process is pinned to the first CPU and the client, while it opens, to the second (``--no-pin``:
+neither), as in ``bench_s3_clients.py``. Reported: seconds, the CPU seconds of the client and of the server
+(moto's server and the proxy, or the fast server), requests, the most requests in flight, and the time one
 request after another would take (requests x latency). Nothing is asserted. ``--quick`` (CI): 40 datasets.
 
 Usage::
@@ -41,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the test suite's servers (tests/servers)
 
+from _cpus import pinned, usable  # noqa: E402
 from _record import now, write_json  # noqa: E402
 from bench_object_storage import start_servers  # noqa: E402
 
@@ -54,13 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", type=int, default=1000)
     parser.add_argument("--latency", type=float, default=0.03, help="seconds added to each request")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each client's open (the best is kept)")
+    parser.add_argument("--no-pin", action="store_true", help="pin neither the servers nor the client")
     parser.add_argument("--quick", action="store_true", help="40 datasets (CI)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     started = now()
     n = 40 if args.quick else args.datasets
+    cpus = usable()
+    pinning = len(cpus) >= 2 and not args.no_pin
+    # As bench_s3_clients.py: the servers on the first CPU, the client (while it opens) on the second.
+    args.server_cpus, args.client_cpus = ([cpus[0]], [cpus[1]]) if pinning else (None, None)
     with tempfile.TemporaryDirectory() as tmp:
-        servers, conn, endpoint, proxy_urls = start_servers(args.latency, mirror={"mirror": tmp})
+        servers, conn, endpoint, proxy_urls = start_servers(args.latency, args.server_cpus, mirror={"mirror": tmp})
         try:
             result = _run(args, n, Path(tmp), conn, endpoint, proxy_urls)
         finally:
@@ -84,6 +91,7 @@ def _run(args: Any, n: int, tmp: Path, conn: Any, endpoint: str, proxy_urls: lis
 
     result: dict[str, Any] = {"benchmark": "bench_collection_open", "datasets": n, "latency_s": args.latency}
     result["machine"] = f"{os.uname().machine}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    result["pinned"] = args.client_cpus is not None
     bucket = server.make_bucket(f"bench-{uuid.uuid4().hex[:8]}")
     fs = s3fs.S3FileSystem(**server.storage_options())
     t0 = time.perf_counter()
@@ -101,9 +109,10 @@ def _run(args: Any, n: int, tmp: Path, conn: Any, endpoint: str, proxy_urls: lis
         urls = [f"s3://{where}/study{k:04d}" for k in range(n)]
         options = server.storage_options(proxy_urls[proxy])
         print(f"-- {server_name}")
-        result[server_name] = _open_runs(
-            args, n, urls, options, caches / server_name, lambda name, proxy=proxy: command(name, proxy)
-        )
+        with pinned(args.client_cpus):
+            result[server_name] = _open_runs(
+                args, n, urls, options, caches / server_name, lambda name, proxy=proxy: command(name, proxy)
+            )
     shutil.rmtree(caches, ignore_errors=True)
     return result
 

@@ -10,13 +10,14 @@ obs is each dataset's, joined as :func:`anndata.concat` joins them (:class:`~del
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
     from deltacells.io._lazy_obs import LazyObs
 
 __all__ = ["JOINS", "OpenCollection", "is_collection", "open_collection", "read_collection"]
+
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 #: How the genes of a collection's datasets are joined (as :func:`anndata.concat`'s ``join``).
 JOINS = ("inner", "outer")
@@ -92,6 +96,36 @@ class OpenCollection:
     tables: list[pd.DataFrame] | None = None
 
 
+#: From this many datasets on, opening a collection pauses Python's cyclic garbage collector (``_collector_paused``).
+PAUSE_COLLECTOR_DATASETS = 64
+
+
+def _collector_paused(
+    function: Callable[Concatenate[Sequence[Any], _P], _R],
+) -> Callable[Concatenate[Sequence[Any], _P], _R]:
+    """``function(sources, ...)`` run with the cyclic garbage collector paused when ``sources`` are many.
+
+    Opening thousands of datasets makes about a hundred container objects each (manifests, datasets, frames,
+    indexes), none of them garbage: the collections they trigger, each older generation's walking every object of
+    the process (anndata, pandas, pyarrow: hundreds of thousands), cost a fifth of the client's CPU of a 1,000
+    dataset open (measured: 0.2-0.25 s of 1.3 s). Reference counting still frees what is dropped; the collector's
+    previous state is restored after, whatever happens.
+    """
+
+    @functools.wraps(function)
+    def paused(sources: Sequence[Any], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if len(sources) < PAUSE_COLLECTOR_DATASETS or not gc.isenabled():
+            return function(sources, *args, **kwargs)
+        gc.disable()
+        try:
+            return function(sources, *args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@_collector_paused
 def open_collection(
     sources: Sequence[Any],
     *,
@@ -174,6 +208,7 @@ def open_collection(
     return OpenCollection(Collection(readers), datasets, genes, names, join, var_key, tables)
 
 
+@_collector_paused
 def read_collection(
     sources: Sequence[Any],
     *,

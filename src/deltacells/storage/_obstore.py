@@ -279,7 +279,11 @@ class ObstoreStore(BaseStore):
         if len(wanted) <= 1:
             return [self.read(path, start, end) for path, start, end in wanted]
         window = max(1, min(max_workers or self.io_concurrency, self.io_concurrency))
-        return self._submit(self._read_all(wanted, window)).result()
+        future = self._submit(self._read_all(wanted, window))
+        try:
+            return future.result()
+        finally:
+            future.cancel()  # the caller gave up (an interrupt): nothing goes on running for it
 
     def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, io_loop())
