@@ -105,13 +105,20 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def start_servers(latency: float, cpus: list[int] | None = None) -> tuple[Any, Any, str, list[str]]:
+def start_servers(
+    latency: float, cpus: list[int] | None = None, mirror: dict[str, str] | None = None
+) -> tuple[Any, Any, str, list[str]]:
     """moto's S3 server and two recording proxies (none, ``latency``) in a process of their own (:func:`_serve`).
 
-    ``cpus``: the CPUs the process is pinned to (None: not pinned).
+    ``cpus``: the CPUs the process is pinned to (None: not pinned). ``mirror``: bucket names and the local
+    directories that mirror them, served read-only by a :class:`~tests.servers.s3_mirror.MirrorS3Server` with
+    ``latency`` in the same process (the fast server: one aiohttp hop, no moto), whose URL comes third.
 
-    Returns the process, the connection that commands it, the server's endpoint and the proxies' URLs; sets
-    the test credentials in this process's environment (where not set) for the clients.
+    Returns the process, the connection that commands it, the server's endpoint and the proxies' URLs (then the
+    mirror's); sets the test credentials in this process's environment (where not set) for the clients.
+    Commands (``(name, index)`` of a proxy or the mirror, answered on the connection): ``reset``, ``stats``
+    (requests, bytes, the most in flight, the servers' CPU seconds since the reset), ``cpu`` (the servers' CPU
+    seconds so far) and ``stop``.
     """
     import multiprocessing
 
@@ -124,25 +131,29 @@ def start_servers(latency: float, cpus: list[int] | None = None) -> tuple[Any, A
         os.environ.setdefault(key, value)
     ctx = multiprocessing.get_context("spawn")
     conn, child_conn = ctx.Pipe()
-    process = ctx.Process(target=_serve, args=(child_conn, latency, cpus), daemon=True)
+    process = ctx.Process(target=_serve, args=(child_conn, latency, cpus, mirror), daemon=True)
     process.start()
     endpoint, proxy_urls = conn.recv()
     return process, conn, endpoint, proxy_urls
 
 
-def _serve(conn: Any, latency: float, cpus: list[int] | None) -> None:
+def _serve(conn: Any, latency: float, cpus: list[int] | None, mirror: dict[str, str] | None = None) -> None:
     """Run moto's S3 server and two recording proxies (no latency, ``latency``), answering commands from ``conn``.
 
-    In a process of its own (pinned to ``cpus`` when given), so that the servers do not take the benchmark's GIL.
+    In a process of its own (pinned to ``cpus`` when given), so that the servers do not take the benchmark's GIL;
+    with ``mirror``, a mirror S3 server with ``latency`` too.
     """
     from tests.servers.proxy import RecordingProxy
     from tests.servers.s3 import S3Server
+    from tests.servers.s3_mirror import MirrorS3Server
 
     if cpus is not None:
         pin(cpus)
     with S3Server() as server:
-        proxies = [RecordingProxy(server.endpoint_url).start(), RecordingProxy(server.endpoint_url).start()]
+        proxies: list[Any] = [RecordingProxy(server.endpoint_url).start(), RecordingProxy(server.endpoint_url).start()]
         proxies[1].latency = latency
+        if mirror:
+            proxies.append(MirrorS3Server(mirror, latency=latency).start())
         if cpus is not None:
             pin(cpus)  # the threads the servers started too
         conn.send((server.endpoint_url, [proxy.url for proxy in proxies]))
@@ -157,6 +168,8 @@ def _serve(conn: Any, latency: float, cpus: list[int] | None) -> None:
                     proxy.reset()
                     cpu_at_reset = _cpu_seconds()
                     conn.send(None)
+                elif command == "cpu":
+                    conn.send(_cpu_seconds())
                 elif command == "stats":
                     tiles = proxy.requests(path_contains="/tiles/")
                     conn.send(
@@ -177,7 +190,11 @@ def _serve(conn: Any, latency: float, cpus: list[int] | None) -> None:
 class Bench:
     """The servers, the pinning, and the datasets written for one run."""
 
-    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+    #: The bucket of the mirror server (``mirror=True``): the run's local directory, where :meth:`write` puts the
+    #: local copies, so ``s3://mirror/<name>`` is the local copy served as S3.
+    MIRROR = "mirror"
+
+    def __init__(self, args: argparse.Namespace, tmp: Path, *, mirror: bool = False) -> None:
         from tests.servers.s3 import S3Server
 
         self.args, self.tmp = args, tmp
@@ -186,7 +203,8 @@ class Bench:
         #: The server's CPU and the client's (when pinned): the client of a scan has a core of its own.
         self.server_cpus = [cpus[0]] if pinning else None
         self.client_cpus = [cpus[1]] if pinning else None
-        self.process, self.conn, endpoint, self.proxy_urls = start_servers(args.latency, self.server_cpus)
+        buckets = {self.MIRROR: str(tmp)} if mirror else None
+        self.process, self.conn, endpoint, self.proxy_urls = start_servers(args.latency, self.server_cpus, buckets)
         self.server = S3Server()  # only for its storage options and client (the server runs in the other process)
         self.server._endpoint_url = endpoint
         self.bucket = self.server.make_bucket(f"bench-{uuid.uuid4().hex[:8]}")
@@ -195,9 +213,9 @@ class Bench:
         self.conn.send((name, index))
         return self.conn.recv()
 
-    def options(self, proxy: int) -> dict[str, Any]:
-        """Storage options through proxy ``proxy`` (0: no latency, 1: ``--latency``)."""
-        return self.server.storage_options(self.proxy_urls[proxy])
+    def options(self, proxy: int | None) -> dict[str, Any]:
+        """Storage options through proxy ``proxy`` (0: no latency, 1: ``--latency``, 2: the mirror; None: moto)."""
+        return self.server.storage_options(None if proxy is None else self.proxy_urls[proxy])
 
     def close(self) -> None:
         self.conn.send(("stop", 0))

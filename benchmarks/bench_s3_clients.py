@@ -1,23 +1,31 @@
 """The two clients of ``s3://`` side by side: fsspec (s3fs, botocore) and obstore, on a full scan and a fetch.
 
-One run, one machine. 100,000 Visium cells drawn with replacement (``--cells``; the object-storage benchmark's
-resampled matrix, default chunking) are written to a local directory and to a bucket of moto's S3 server (the
-test suite's, in a process of its own pinned to the first CPU, with the suite's recording proxy adding
-``--latency`` to every request); the client runs pinned to the second CPU, so that it has a core of its own. In
-turns (fsspec, obstore, fsspec, obstore...; the best of ``--repeat`` kept):
+One run, one machine. ``--cells`` Visium cells drawn with replacement (100,000 by default; the object-storage
+benchmark's resampled matrix, default chunking) are written to a local directory and to a bucket of moto's S3
+server (the test suite's). Two servers, in a process of their own pinned to the first CPU, each adding
+``--latency`` to every request; the client runs pinned to the second CPU, so that it has a core of its own:
+
+* **moto**: moto's server behind the suite's recording proxy (a second HTTP hop), the S3 the tests use;
+* **fast**: ``tests.servers.s3_mirror.MirrorS3Server``, a read-only S3 endpoint over the local copy (one aiohttp
+  hop, a file read per GET), so that the client, not the server, is what is measured.
+
+In turns (fsspec, obstore, fsspec, obstore...; the best of ``--repeat`` kept), for each server:
 
 * the **local scan**: ``Dataset.iter_tiles`` of the local copy, one decoding thread (the reference);
-* the **remote scan** with each client: the same through the proxy;
+* the **remote scan** with each client: the same through the server;
 * the **fetch** with each client: every tile fetched (``read_many``), nothing decoded.
 
 Reported: seconds, the remote scan's rate as a share of the local scan's, requests, and the client's CPU per
 GET: of the fetch (the client's CPU over the requests), and of the scan (its CPU less the local scan's, over the
-requests). The dataset's tiles are large enough that the first round trip is not the bound: a scan makes one
-GET per tile, ``io_concurrency`` (32) in flight, and takes many round trips.
+requests); the servers' CPU per GET, and what moto and the proxy each cost (a fetch from moto directly, then
+through the proxy without latency). The scan makes one GET per tile, ``io_concurrency`` (32) in flight; the first
+round trip (``--latency``) and the last tile's decoding are paid once, so the larger ``--cells``, the closer the
+remote scan can come to the local one (1,000,000 cells: 490 tiles, about 2 s of local scan).
 
-Needs the test dependencies (``pip install -e . --group test``: moto[server], s3fs, obstore). Usage::
+Needs the test dependencies (``pip install -e . --group test``: moto[server], s3fs, obstore, aiohttp). Usage::
 
     python benchmarks/bench_s3_clients.py --json docs/_data/s3-clients.json   # a few minutes
+    python benchmarks/bench_s3_clients.py --cells 1000000                      # the scan goal's dataset
     python benchmarks/bench_s3_clients.py --quick                              # 10,000 cells, CI (no docs/_data)
 """
 
@@ -76,6 +84,31 @@ def _resampled(n_cells: int) -> Any:
     return adata
 
 
+#: The servers a remote scan is measured against: the recording proxy in front of moto (1), the mirror (2).
+SERVERS = {"moto": 1, "fast": 2}
+
+
+def _server_costs(bench: Bench, url: str, n_tiles: int) -> dict[str, float]:
+    """CPU milliseconds per GET of moto alone, of moto behind the proxy (no latency), and of the mirror server.
+
+    Each is a fetch of every tile with obstore (the best of ``--repeat``); moto alone has no proxy to count its
+    requests: the fetch makes one GET per tile.
+    """
+    costs: dict[str, list[float]] = {"moto": [], "moto + proxy": [], "fast": []}
+    for _ in range(bench.args.repeat):
+        before = bench.command("cpu", 0)
+        _fetch(ObstoreStore(url, bench.options(None)))
+        costs["moto"].append((bench.command("cpu", 0) - before) / n_tiles)
+        for name, proxy, where in (("moto + proxy", 0, url), ("fast", 2, f"s3://{Bench.MIRROR}/resampled")):
+            bench.command("reset", proxy)
+            _fetch(ObstoreStore(where, bench.options(proxy)))
+            stats = bench.command("stats", proxy)
+            costs[name].append(stats["server_cpu_s"] / stats["requests"])
+    best = {name: round(min(values) * 1e3, 3) for name, values in costs.items()}
+    best["proxy"] = round(best["moto + proxy"] - best["moto"], 3)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=100_000, help="resampled Visium cells")
@@ -90,10 +123,11 @@ def main() -> None:
         args.cells, args.repeat = 10_000, 2
     adata = _resampled(args.cells)
     with tempfile.TemporaryDirectory() as tmp:
-        bench = Bench(args, Path(tmp))
+        bench = Bench(args, Path(tmp), mirror=True)
         try:
             local, url = bench.write(adata, "resampled", DEFAULT_N_CHUNKS)
-            remote = bench.options(1)
+            del adata
+            where = {"moto": url, "fast": f"s3://{Bench.MIRROR}/resampled"}
             manifest = open_dataset(local).manifest
             _scan(local)  # numba's kernels load, the page cache holds the tiles
             best: dict[str, dict[str, Any]] = {}
@@ -106,17 +140,20 @@ def main() -> None:
 
             with pinned(bench.client_cpus):
                 for _ in range(args.repeat):
-                    keep("local scan", *_scan(local), None)
-                    for client, cls in CLIENTS.items():
-                        bench.command("reset", 1)
-                        keep(f"{client} scan", *_scan(cls(url, remote)), 1)
-                        bench.command("reset", 1)
-                        keep(f"{client} fetch", *_fetch(cls(url, remote)), 1)
+                    for server, proxy in SERVERS.items():
+                        keep("local scan", *_scan(local), None)
+                        remote = bench.options(proxy)
+                        for client, cls in CLIENTS.items():
+                            bench.command("reset", proxy)
+                            keep(f"{server} {client} scan", *_scan(cls(where[server], remote)), proxy)
+                            bench.command("reset", proxy)
+                            keep(f"{server} {client} fetch", *_fetch(cls(where[server], remote)), proxy)
+                servers = _server_costs(bench, url, manifest.n_tiles)
         finally:
             bench.close()
     local_best = best["local scan"]
     doc: dict[str, Any] = {
-        "data": f"{args.cells:,} Visium cells drawn with replacement ({int(adata.X.nnz):,} nonzeros)",
+        "data": f"{args.cells:,} Visium cells drawn with replacement ({int(manifest.nnz):,} nonzeros)",
         "n_cells": args.cells,
         "n_tiles": manifest.n_tiles,
         "n_chunks": DEFAULT_N_CHUNKS,
@@ -126,23 +163,27 @@ def main() -> None:
         "pinned": len(usable()) >= 2 and not args.no_pin,
         "local_scan_s": round(local_best["seconds"], 4),
         "local_scan_cpu_s": round(local_best["min_cpu_s"], 4),
-        "clients": {},
+        "server_cpu_per_get_ms": servers,
+        "servers": {},
     }
-    for client in CLIENTS:
-        scan, fetch = best[f"{client} scan"], best[f"{client} fetch"]
-        gets = int(scan["tile_requests"])
-        doc["clients"][client] = {
-            "scan_s": round(scan["seconds"], 4),
-            "scan_vs_local": round(local_best["seconds"] / scan["seconds"], 3),
-            "scan_cpu_s": round(scan["min_cpu_s"], 4),
-            "scan_requests": scan["requests"],
-            "scan_max_in_flight": scan["max_in_flight"],
-            "scan_cpu_per_get_ms": round((scan["min_cpu_s"] - local_best["min_cpu_s"]) / gets * 1e3, 3),
-            "fetch_s": round(fetch["seconds"], 4),
-            "fetch_cpu_s": round(fetch["min_cpu_s"], 4),
-            "fetch_cpu_per_get_ms": round(fetch["min_cpu_s"] / int(fetch["tile_requests"]) * 1e3, 3),
-            "server_cpu_per_get_ms": round(fetch["server_cpu_s"] / int(fetch["requests"]) * 1e3, 3),
-        }
+    for server in SERVERS:
+        rows: dict[str, Any] = {}
+        for client in CLIENTS:
+            scan, fetch = best[f"{server} {client} scan"], best[f"{server} {client} fetch"]
+            gets = int(scan["tile_requests"])
+            rows[client] = {
+                "scan_s": round(scan["seconds"], 4),
+                "scan_vs_local": round(local_best["seconds"] / scan["seconds"], 3),
+                "scan_cpu_s": round(scan["min_cpu_s"], 4),
+                "scan_requests": scan["requests"],
+                "scan_max_in_flight": scan["max_in_flight"],
+                "scan_cpu_per_get_ms": round((scan["min_cpu_s"] - local_best["min_cpu_s"]) / gets * 1e3, 3),
+                "fetch_s": round(fetch["seconds"], 4),
+                "fetch_cpu_s": round(fetch["min_cpu_s"], 4),
+                "fetch_cpu_per_get_ms": round(fetch["min_cpu_s"] / int(fetch["tile_requests"]) * 1e3, 3),
+                "server_cpu_per_get_ms": round(fetch["server_cpu_s"] / int(fetch["requests"]) * 1e3, 3),
+            }
+        doc["servers"][server] = rows
     _print(doc)
     if args.json:
         write_json(args.json, {"benchmark": "bench_s3_clients", **doc}, started=started, quick=args.quick)
@@ -154,12 +195,17 @@ def _print(doc: dict[str, Any]) -> None:
         f"+{doc['latency_s'] * 1e3:g} ms a request; best of {doc['repeat']}"
     )
     print(f"local scan: {doc['local_scan_s']:.3f} s (CPU {doc['local_scan_cpu_s']:.3f} s)")
-    print(f"{'client':<9}{'scan s':>8}{'vs local':>10}{'CPU/GET':>10}{'fetch s':>9}{'CPU/GET':>10}{'server/GET':>12}")
-    for client, row in doc["clients"].items():
-        print(
-            f"{client:<9}{row['scan_s']:>8.3f}{row['scan_vs_local']:>9.2f}x{row['scan_cpu_per_get_ms']:>8.3f}ms"
-            f"{row['fetch_s']:>9.3f}{row['fetch_cpu_per_get_ms']:>8.3f}ms{row['server_cpu_per_get_ms']:>10.3f}ms"
-        )
+    header = f"{'server':<7}{'client':<9}{'scan s':>8}{'vs local':>10}{'CPU/GET':>10}{'fetch s':>9}{'CPU/GET':>10}"
+    print(header + f"{'server/GET':>12}")
+    for server, rows in doc["servers"].items():
+        for client, row in rows.items():
+            print(
+                f"{server:<7}{client:<9}{row['scan_s']:>8.3f}{row['scan_vs_local']:>9.2f}x"
+                f"{row['scan_cpu_per_get_ms']:>8.3f}ms{row['fetch_s']:>9.3f}{row['fetch_cpu_per_get_ms']:>8.3f}ms"
+                f"{row['server_cpu_per_get_ms']:>10.3f}ms"
+            )
+    costs = doc["server_cpu_per_get_ms"]
+    print("server CPU per GET: " + ", ".join(f"{name} {ms:.3f} ms" for name, ms in costs.items()))
 
 
 if __name__ == "__main__":

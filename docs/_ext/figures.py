@@ -220,18 +220,40 @@ def _s3_client_figures(run: dict[str, Any], opened: dict[str, Any]) -> dict[str,
         "s3_clients_repeat": f"{run['repeat']}",
         "s3_clients_local_scan_s": f"{run['local_scan_s']:.2f}",
     }
-    for client, row in run["clients"].items():
-        out[f"s3_clients_{client}_scan_s"] = f"{row['scan_s']:.2f}"
-        out[f"s3_clients_{client}_vs_local"] = f"{row['scan_vs_local']:.2f}"
-        out[f"s3_clients_{client}_scan_cpu_per_get_ms"] = f"{row['scan_cpu_per_get_ms']:.2f}"
-        out[f"s3_clients_{client}_fetch_cpu_per_get_ms"] = f"{row['fetch_cpu_per_get_ms']:.2f}"
-        out[f"s3_clients_{client}_server_per_get_ms"] = f"{row['server_cpu_per_get_ms']:.1f}"
+    # Runs before the fast server had one table, of moto's; now a table per server ("moto", "fast").
+    servers = run.get("servers") or {"moto": run["clients"]}
+    for client in ("obstore", "fsspec"):  # what an older run did not measure
+        for figure in ("scan_s", "vs_local", "scan_cpu_per_get_ms", "fetch_cpu_per_get_ms", "server_per_get_ms"):
+            out[f"s3_clients_fast_{client}_{figure}"] = "(not measured)"
+    for server, rows in servers.items():
+        for client, row in rows.items():
+            for prefix in [f"s3_clients_{server}_{client}"] + ([f"s3_clients_{client}"] if server == "moto" else []):
+                out[f"{prefix}_scan_s"] = f"{row['scan_s']:.2f}"
+                out[f"{prefix}_vs_local"] = f"{row['scan_vs_local']:.2f}"
+                out[f"{prefix}_scan_cpu_per_get_ms"] = f"{row['scan_cpu_per_get_ms']:.2f}"
+                out[f"{prefix}_fetch_cpu_per_get_ms"] = f"{row['fetch_cpu_per_get_ms']:.2f}"
+                out[f"{prefix}_server_per_get_ms"] = f"{row['server_cpu_per_get_ms']:.1f}"
+    costs = run.get("server_cpu_per_get_ms", {})
+    for name in ("moto", "proxy", "fast"):
+        out[f"s3_clients_server_{name}_ms"] = f"{costs[name]:.2f}" if name in costs else "(not measured)"
     out["collection_open_datasets"] = f"{opened['datasets']:,}"
-    for client, row in opened.get("clients", {}).items():
-        out[f"collection_open_{client}_s"] = f"{row['seconds']:.1f}"
-        out[f"collection_open_{client}_client_cpu_ms"] = f"{row['client_cpu_per_dataset_ms']:.1f}"
-        out[f"collection_open_{client}_server_cpu_s"] = f"{row['server_cpu_s']:.1f}"
-        out[f"collection_open_{client}_requests"] = f"{row['requests']:,}"
+    # Runs before the fast server had moto's figures at the top; now under "moto" and "fast".
+    for server in ("moto", "fast"):
+        measured = opened.get(server, opened if server == "moto" else {})
+        for client in ("obstore", "fsspec"):
+            row = measured.get("clients", {}).get(client)
+            for prefix in [f"collection_open_{server}_{client}"] + (
+                [f"collection_open_{client}"] if server == "moto" else []
+            ):
+                if row is None:
+                    out.update(
+                        {f"{prefix}_{k}": "(not measured)" for k in ("s", "client_cpu_ms", "server_cpu_s", "requests")}
+                    )
+                    continue
+                out[f"{prefix}_s"] = f"{row['seconds']:.2f}"
+                out[f"{prefix}_client_cpu_ms"] = f"{row['client_cpu_per_dataset_ms']:.2f}"
+                out[f"{prefix}_server_cpu_s"] = f"{row['server_cpu_s']:.1f}"
+                out[f"{prefix}_requests"] = f"{row['requests']:,}"
     return out
 
 

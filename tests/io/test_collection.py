@@ -340,3 +340,31 @@ def test_the_genes_orders_that_decide_the_join(tmp_path: Path, join: str) -> Non
         got = deltacells.read_deltacells([paths[n] for n in names], join=join, cache_dir=tmp_path / "cache")
         assert list(got.var_names) == list(expected.var_names), names
         assert (got.X[:] != sparse.csr_matrix(expected.X, dtype=np.float32)).nnz == 0
+
+
+def test_a_large_collection_opens_with_the_garbage_collector_paused(
+    studies: tuple[dict[str, ad.AnnData], list[Path]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """From ``PAUSE_COLLECTOR_DATASETS`` datasets on, the cyclic collector is off while a collection opens, and
+    as it was after (on again; off, if the caller had turned it off)."""
+    import gc
+
+    from deltacells.io import _collection
+
+    _, paths = studies
+    monkeypatch.setattr(_collection, "PAUSE_COLLECTOR_DATASETS", 2)
+    seen: list[bool] = []
+    joined = _collection._joined
+    monkeypatch.setattr(_collection, "_joined", lambda *args: (seen.append(gc.isenabled()), joined(*args))[1])
+    assert gc.isenabled()
+    deltacells.read_deltacells(paths, cache_dir=tmp_path)
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        deltacells.read_deltacells(paths, cache_dir=tmp_path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    monkeypatch.setattr(_collection, "PAUSE_COLLECTOR_DATASETS", len(paths) + 1)
+    deltacells.read_deltacells(paths, cache_dir=tmp_path)
+    assert seen == [False, False, True]

@@ -57,3 +57,38 @@ def test_a_collection_in_a_bucket(s3_proxy: ProxiedS3Bucket, tmp_path) -> None:
     want = sparse.csr_matrix(expected.X, dtype=np.float32)
     assert (got.X[cells] != want[cells]).nnz == 0
     assert (got.X[:] != want).nnz == 0
+
+
+def test_the_small_reads_of_many_datasets_are_in_flight_together(s3_proxy: ProxiedS3Bucket, tmp_path) -> None:
+    """Opening a collection on S3 (obstore) starts every dataset's manifest and gene table together: more requests
+    in flight than the tile reads' bound (32), each object read once, one round of requests for them all."""
+    pytest.importorskip("obstore")
+    n = 40
+    urls = []
+    for k in range(n):
+        adata = synthetic_counts(20, 10, seed=k)
+        url = f"{s3_proxy.url}/tiny{k:02d}"
+        deltacells.write_deltacells(
+            adata, url, storage_options=s3_proxy.direct_storage_options, progress=False, obs_columns=[]
+        )
+        urls.append(url)
+    s3_proxy.proxy.reset()
+    s3_proxy.proxy.latency = 0.05
+    got = deltacells.read_deltacells(
+        urls, storage_options=s3_proxy.storage_options, obs_columns=[], index_unique="-", cache_dir=tmp_path
+    )
+    assert got.n_obs == 20 * n
+    paths = sorted(r.path.rsplit("/", 1)[-1] for r in s3_proxy.proxy.requests())
+    assert paths.count("manifest.json") == paths.count("var.parquet") == n  # each once
+    assert s3_proxy.proxy.max_in_flight > 32
+
+
+def test_a_collection_names_the_dataset_without_a_manifest(s3_proxy: ProxiedS3Bucket, tmp_path) -> None:
+    url = f"{s3_proxy.url}/present"
+    deltacells.write_deltacells(
+        synthetic_counts(20, 10, seed=0), url, storage_options=s3_proxy.direct_storage_options, progress=False
+    )
+    with pytest.raises(deltacells.errors.DatasetNotFoundError, match="absent: no manifest.json"):
+        deltacells.read_deltacells(
+            [url, f"{s3_proxy.url}/absent"], storage_options=s3_proxy.storage_options, cache_dir=tmp_path
+        )

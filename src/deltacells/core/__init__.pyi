@@ -5,6 +5,9 @@ from ._collection import Collection as Collection
 from ._collection_obs import CollectionObs as CollectionObs
 from ._dataset import Dataset as Dataset
 from ._open import open_dataset as open_dataset
+
+# opening datasets whose manifests were fetched together (a collection's)
+from ._open import dataset_of_manifest as dataset_of_manifest, not_a_dataset as not_a_dataset
 from ._rows import RowSource as RowSource
 from ._sizes import sidecar_bytes as sidecar_bytes
 from ._writer import DatasetWriter as DatasetWriter

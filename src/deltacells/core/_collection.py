@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from deltacells.core._dataset import Dataset
+    from deltacells.storage import ReadBuffer
 
 __all__ = ["Collection"]
 
@@ -267,7 +268,7 @@ class Collection:
         parts = [own + offset for own, offset in zip(starts, self.offsets, strict=False)]
         return np.concatenate([*parts, [self.n_cells]]).astype(np.int64)
 
-    def submit_tile_fetch(self, tile: int) -> Future[bytes]:
+    def submit_tile_fetch(self, tile: int) -> Future[ReadBuffer]:
         """Start fetching the collection's tile ``tile`` whole (:meth:`~deltacells.Dataset.submit_tile_fetch`)."""
         offsets = self.tile_offsets
         member = int(np.searchsorted(offsets, tile, side="right")) - 1
@@ -281,7 +282,7 @@ class Collection:
         dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
-        fetched: Callable[[int], Future[bytes] | None] | None = None,
+        fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
         """As :meth:`~deltacells.Dataset.read_row_batches`: each dataset's cells read at once, then cut.
 
@@ -301,7 +302,7 @@ class Collection:
         for piece in pieces:
             m = int(members[piece[0]])
 
-            def in_member(tile: int, offset: int = int(tile_offsets[m])) -> Future[bytes] | None:
+            def in_member(tile: int, offset: int = int(tile_offsets[m])) -> Future[ReadBuffer] | None:
                 assert fetched is not None  # passed on only then
                 return fetched(tile + offset)
 

@@ -13,7 +13,7 @@ categories the keys. Cell names are the stored names (``"0" .. "n-1"`` in a data
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -182,8 +182,7 @@ class CollectionObs:
         if name == self.label:
             return pd.Categorical.from_codes(members, dtype=self._dtypes[name])
         parts = []
-        for m in np.unique(members).tolist():
-            mine = np.flatnonzero(members == m)
+        for m, mine in _by_member(members):
             store = self.stores[m]
             got = store.take(name, local[mine]) if store is not None and name in store.columns else None
             parts.append((mine, got, m))
@@ -192,7 +191,9 @@ class CollectionObs:
             codes = np.full(cells.shape[0], -1, dtype=np.int64)
             for mine, got, m in parts:
                 if got is not None:
-                    codes[mine] = renumbered(np.asarray(got.codes, dtype=np.int64), self._codes[name][m])
+                    mapping = self._codes[name][m]
+                    assert mapping is not None  # the dataset has the column
+                    codes[mine] = renumbered(np.asarray(got.codes, dtype=np.int64), mapping)
             return pd.Categorical.from_codes(codes, dtype=dtype)
         present = [(mine, got) for mine, got, _ in parts if got is not None]
         if len(present) == len(parts) == 1:
@@ -204,8 +205,7 @@ class CollectionObs:
 
     def _names(self, members: np.ndarray, local: np.ndarray) -> np.ndarray:
         names = np.empty(members.shape[0], dtype=object)
-        for m in np.unique(members).tolist():
-            mine = np.flatnonzero(members == m)
+        for m, mine in _by_member(members):
             store = self.stores[m]
             if self.stored_names and store is not None and store.schema.has_index:
                 own = np.asarray(store.take(INDEX_COLUMN, local[mine]), dtype=object)
@@ -236,3 +236,19 @@ class CollectionObs:
                 own = [pc.binary_join_element_wise(chunk, suffix, empty) for chunk in own]
             chunks += own
         return pa.chunked_array(chunks, type=pa.large_string())
+
+
+def _by_member(members: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """Each dataset among ``members`` (in order) with the positions of its cells (ascending).
+
+    One sort, not a pass over every cell per dataset (which a collection of thousands of datasets would pay
+    thousands of times over).
+    """
+    if members.shape[0] == 0:
+        return
+    order = np.argsort(members, kind="stable")
+    ordered = members[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = [*starts[1:].tolist(), int(members.shape[0])]
+    for start, end in zip(starts.tolist(), ends, strict=True):
+        yield int(ordered[start]), order[start:end]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from deltacells.codec import DecodedTile
-    from deltacells.storage import BaseStore
+    from deltacells.storage import BaseStore, ReadBuffer
 
 __all__ = ["Dataset"]
 
@@ -567,7 +567,7 @@ class Dataset:
         dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
-        fetched: Callable[[int], Future[bytes] | None] | None = None,
+        fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
         """:meth:`~deltacells.Dataset.read_rows_uncached`, cut into matrices of their own (a loader's batches).
 
@@ -621,7 +621,7 @@ class Dataset:
         sorted_rows = output.columns is None or sort_columns
         return output.finished_batches(matrices, dtype, decoded, sorted_rows=sorted_rows)
 
-    def submit_tile_fetch(self, tile: int) -> Future[bytes]:
+    def submit_tile_fetch(self, tile: int) -> Future[ReadBuffer]:
         """Start fetching tile ``tile`` whole: one request, many in flight at once (the store's I/O threads).
 
         For a reader that knows which tiles it will read next (a training loader reading tile groups from

@@ -13,7 +13,7 @@ from deltacells.format import MANIFEST_NAME, Manifest, check_manifest_text, firs
 from deltacells.storage import BaseStore, open_store
 from deltacells.tiles import DEFAULT_TILE_CACHE_BYTES
 
-__all__ = ["open_dataset"]
+__all__ = ["dataset_of_manifest", "not_a_dataset", "open_dataset"]
 
 
 def open_dataset(
@@ -54,15 +54,33 @@ def open_dataset(
     store = open_store(path, storage_options, io_concurrency=io_concurrency)
     try:
         text = store.read(MANIFEST_NAME)
-    except MissingObjectError as exc:
+    except (MissingObjectError, NotADirectoryError) as exc:
+        raise not_a_dataset(store, exc) from exc
+    return dataset_of_manifest(store, text, tile_cache_bytes=tile_cache_bytes, threads=threads)
+
+
+def not_a_dataset(store: BaseStore, exc: MissingObjectError | NotADirectoryError) -> DatasetNotFoundError:
+    """The error of a store whose manifest could not be read (``exc``: no manifest, or a file, not a folder)."""
+    if isinstance(exc, NotADirectoryError):
+        msg = f"{store.url} is a file, not a deltacells dataset (a directory with a {MANIFEST_NAME})"
+    else:
         msg = (
             f"{store.url}: no {MANIFEST_NAME}; this is not a deltacells dataset, or one whose writing did not "
             "finish (the manifest is written last)"
         )
-        raise DatasetNotFoundError(msg) from exc
-    except NotADirectoryError as exc:
-        msg = f"{store.url} is a file, not a deltacells dataset (a directory with a {MANIFEST_NAME})"
-        raise DatasetNotFoundError(msg) from exc
+    return DatasetNotFoundError(msg)
+
+
+def dataset_of_manifest(
+    store: BaseStore, text: bytes, *, tile_cache_bytes: int = DEFAULT_TILE_CACHE_BYTES, threads: int | None = None
+) -> Dataset:
+    """The dataset of ``store`` whose manifest is ``text`` (read already): checked, and opened as ``open_dataset``.
+
+    Raises
+    ------
+    FormatError
+        If the manifest breaks a rule of the format.
+    """
     fields = first_problem_raises(check_manifest_text(text), store.url)
     assert fields is not None
     # No listing: on object storage a LIST costs a request per 1,000 objects. An object the manifest

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
     from scipy import sparse
 
+    from deltacells.storage import ReadBuffer
+
 __all__ = ["RowSource"]
 
 
@@ -96,7 +98,7 @@ class RowSource(Protocol):
         """The first cell of every chunk of every tile, then ``n_cells``."""
         ...
 
-    def submit_tile_fetch(self, tile: int) -> Future[bytes]:
+    def submit_tile_fetch(self, tile: int) -> Future[ReadBuffer]:
         """Start fetching tile ``tile`` whole."""
         ...
 
@@ -118,7 +120,7 @@ class RowSource(Protocol):
         dtype: DTypeLike | None = None,
         sort_columns: bool = True,
         threads: int | None = None,
-        fetched: Callable[[int], Future[bytes] | None] | None = None,
+        fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
     ) -> list[sparse.csr_matrix]:
         """The rows ``index`` selects, cut at ``cuts`` into matrices of their own."""
         ...

@@ -11,6 +11,8 @@ from deltacells.format._names import GENE_ORDER_NAME, VAR_NAMES_NAME, VAR_TABLE_
 from deltacells.format._problems import Checker, Problem, problem_from_error
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
 
 __all__ = ["GENE_ORDER_DTYPE", "check_gene_order", "check_var_names", "check_var_table"]
@@ -68,15 +70,23 @@ def check_var_names(blob: bytes, n_genes: int | None) -> Checker[list[str] | Non
     return names
 
 
-def check_var_table(blob: bytes, n_genes: int | None) -> Checker[pa.Table | None]:
-    """``var.parquet``: a readable parquet table with ``n_genes`` rows; returns it."""
+def check_var_table(
+    blob: bytes, n_genes: int | None, *, columns: Callable[[pa.Schema], list[str] | None] | None = None
+) -> Checker[pa.Table | None]:
+    """``var.parquet``: a readable parquet table with ``n_genes`` rows; returns it.
+
+    ``columns``: given the table's schema, the only columns to read (None: all), for a reader that wants one
+    column (a collection's gene keys) and not the cost of the others.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         # Not read_table (it loads pyarrow.dataset); no thread pool: a gene table is small, and pyarrow threads
         # still running at interpreter exit can abort the process (apache/arrow#34314).
-        table = pq.ParquetFile(pa.BufferReader(blob)).read(use_threads=False)
+        parquet = pq.ParquetFile(pa.BufferReader(blob))
+        wanted = None if columns is None else columns(parquet.schema_arrow)
+        table = parquet.read(columns=wanted, use_threads=False)
     except Exception as exc:  # anything pyarrow raises means unreadable
         yield Problem(VAR_TABLE_NAME, f"not a readable parquet table ({problem_from_error('', exc).message})")
         return None

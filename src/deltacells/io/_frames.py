@@ -92,14 +92,16 @@ def column_order(dataset: Dataset) -> np.ndarray | None:
     return stored_of
 
 
-def read_gene_keys(dataset: Dataset, var_key: str | None) -> pd.Index | None:
+def read_gene_keys(dataset: Dataset, var_key: str | None, *, table: pa.Table | None = None) -> pd.Index | None:
     """The var names (``var_key=None``) or var column ``var_key``'s values as strings, in stored order.
 
     What ``read_var(dataset)`` gives (its index, or the column as ``str``), read from that column alone when it
     is one of strings (building the whole frame costs milliseconds a dataset, which a collection of thousands
-    pays at open); None if var has no column ``var_key``.
+    pays at open); None if var has no column ``var_key``. ``table``: the gene table when it was read already
+    (a collection fetches them all at once), else it is read.
     """
-    table = dataset.var_table()
+    if table is None:
+        table = dataset.var_table()
     values = None if table is None else string_values(table, var_key)
     if values is not None:
         stored: pd.Index = pd.Index(values)

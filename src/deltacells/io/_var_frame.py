@@ -35,7 +35,7 @@ def var_frame(table: pa.Table) -> pd.DataFrame:
     """
     if not _OBJECT_STRINGS:
         return _pyarrow_frame(table)
-    metadata = _pandas_metadata(table)
+    metadata = _pandas_metadata(table.schema)
     index_columns = metadata.get("index_columns", []) if metadata else []
     stored_index = [c for c in index_columns if isinstance(c, str)]
     as_objects = _object_columns(metadata)
@@ -81,7 +81,7 @@ def string_values(table: pa.Table, name: str | None) -> np.ndarray | None:
     What ``var_frame(table)`` gives for that column or index, without building the frame (a collection reads
     only the genes' names of each of its datasets); None unless it is one string column without nulls.
     """
-    metadata = _pandas_metadata(table)
+    metadata = _pandas_metadata(table.schema)
     stored_index = [c for c in (metadata or {}).get("index_columns", []) if isinstance(c, str)]
     if name is None:
         if len(stored_index) != 1:
@@ -93,6 +93,19 @@ def string_values(table: pa.Table, name: str | None) -> np.ndarray | None:
         return None
     column = table.column(name)
     return None if column.null_count else _strings(column)
+
+
+def string_column_of(schema: pa.Schema, name: str | None) -> list[str] | None:
+    """The one column :func:`string_values` reads of a table of ``schema`` for ``name``, or None (read them all)."""
+    metadata = _pandas_metadata(schema)
+    stored_index = [c for c in (metadata or {}).get("index_columns", []) if isinstance(c, str)]
+    if name is None:
+        if len(stored_index) != 1:
+            return None
+        (name,) = stored_index
+    elif name in stored_index:
+        return None
+    return [name] if schema.names.count(name) == 1 else None
 
 
 def _pyarrow_frame(table: pa.Table) -> pd.DataFrame:
@@ -113,8 +126,8 @@ def _strings(column: pa.ChunkedArray) -> np.ndarray:
     return strings
 
 
-def _pandas_metadata(table: pa.Table) -> dict[str, Any] | None:
-    raw = (table.schema.metadata or {}).get(b"pandas")
+def _pandas_metadata(schema: pa.Schema) -> dict[str, Any] | None:
+    raw = (schema.metadata or {}).get(b"pandas")
     if raw is None:
         return None
     try:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from deltacells.storage import ReadBuffer
 
 __all__ = ["TileFetches"]
 
@@ -29,14 +33,14 @@ class TileFetches:
         The tiles each window of the stream reads (sorted, each once), in stream order.
     """
 
-    def __init__(self, submit: Callable[[int], Future[bytes]], window_tiles: list[np.ndarray]) -> None:
+    def __init__(self, submit: Callable[[int], Future[ReadBuffer]], window_tiles: list[np.ndarray]) -> None:
         self._submit = submit
         self._window_tiles = [tiles.tolist() for tiles in window_tiles]
         self._uses: dict[int, int] = {}
         for tiles in self._window_tiles:
             for tile in tiles:
                 self._uses[tile] = self._uses.get(tile, 0) + 1
-        self._futures: dict[int, Future[bytes]] = {}
+        self._futures: dict[int, Future[ReadBuffer]] = {}
         self._started = 0  # windows whose tiles' fetches have started
         self._lock = threading.Lock()
         self.peak = 0  # the most tiles held at once
@@ -57,7 +61,7 @@ class TileFetches:
                 self._started += 1
             self.peak = max(self.peak, len(self._futures))
 
-    def fetched(self, tile: int) -> Future[bytes] | None:
+    def fetched(self, tile: int) -> Future[ReadBuffer] | None:
         """The fetch of tile ``tile``'s bytes, or None if it was not started (the reader then reads it itself)."""
         with self._lock:
             return self._futures.get(tile)

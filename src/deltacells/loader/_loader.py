@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from deltacells.core import RowSource
+    from deltacells.storage import ReadBuffer
 
 __all__ = ["Batch", "CellLoader"]
 
@@ -543,7 +544,7 @@ class CellLoader:
         stop_cell: int,
         threads: int,
         wanted: np.ndarray | None = None,
-        fetched: Callable[[int], Future[bytes] | None] | None = None,
+        fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
     ) -> list[_Piece]:
         """Read and decode one window's cells of stream cells ``start_cell .. stop_cell - 1``, shuffled.
 

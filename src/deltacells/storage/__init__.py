@@ -13,7 +13,7 @@ data), so that dask workers and data-loader processes can each open their own.
 
 from __future__ import annotations
 
-from deltacells.storage._base import BaseStore, ByteRequest
+from deltacells.storage._base import BaseStore, ByteRequest, ReadBuffer
 from deltacells.storage._durable import fsync_path
 from deltacells.storage._faults import RetryPolicy
 from deltacells.storage._file import StoreFile
@@ -31,6 +31,7 @@ __all__ = [
     "ObstoreStore",
     "OverlayStore",
     "PrefixStore",
+    "ReadBuffer",
     "RetryPolicy",
     "StoreFile",
     "open_store",

@@ -14,14 +14,14 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from deltacells.errors import CommitConflictError, MissingObjectError
 from deltacells.storage._durable import fsync_tree
 from deltacells.storage._file import StoreFile
 from deltacells.storage._objects import StoredObject
 
-__all__ = ["DEFAULT_IO_CONCURRENCY", "BaseStore", "ByteRequest"]
+__all__ = ["DEFAULT_IO_CONCURRENCY", "BaseStore", "ByteRequest", "ReadBuffer"]
 
 _POOL_LOCK = threading.Lock()
 
@@ -35,6 +35,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 ByteRequest = tuple[str, int | None, int | None]
 """One request of :meth:`BaseStore.read_many`: ``(path, start, end)``, ``None`` meaning the start or end."""
+
+ReadBuffer = bytes | memoryview
+"""What :meth:`BaseStore.submit_read_buffer` gives: bytes, or a read-only view of a client's own buffer (no copy)."""
 
 #: Requests in flight at once, by default, on object storage and other remote filesystems.
 DEFAULT_IO_CONCURRENCY = 32
@@ -143,6 +146,22 @@ class BaseStore(abc.ABC):
         fetching and decoding overlap); stores with an asynchronous client override it.
         """
         return self._io_pool().submit(self.read, path, start, end)
+
+    def submit_read_buffer(self, path: str, start: int | None = None, end: int | None = None) -> Future[ReadBuffer]:
+        """:meth:`submit_read` for a caller that only reads the result through the buffer protocol (a decoder).
+
+        The result may be a read-only ``memoryview`` of the client's own buffer rather than ``bytes``: no copy of
+        the object is made (obstore's). The default is :meth:`submit_read`.
+        """
+        return cast("Future[ReadBuffer]", self.submit_read(path, start, end))
+
+    @property
+    def reads_asynchronously(self) -> bool:
+        """Whether :meth:`submit_read` starts a coroutine rather than occupying a thread (obstore, async fsspec).
+
+        Many requests in flight then cost little: a collection starts the small reads of all its datasets at once.
+        """
+        return False
 
     def submit_write(self, path: str, data: bytes) -> Future[None]:
         """Start ``write`` apart from the calling thread (see ``submit_read``)."""

@@ -227,6 +227,11 @@ class FsspecStore(BaseStore):
         return _internals.fsspec_is_async(self.fs)
 
     @property
+    def reads_asynchronously(self) -> bool:
+        """Whether reads are coroutines on fsspec's event loop (:attr:`is_async`), not the store's threads."""
+        return self.is_async
+
+    @property
     def root(self) -> str:
         """The root path inside :attr:`fs`, without a trailing slash."""
         _ = self.fs

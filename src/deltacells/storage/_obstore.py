@@ -1,30 +1,34 @@
 """A store over obstore (Rust's ``object_store``) for ``s3://``, ``gs://`` and ``az://`` URLs.
 
 obstore signs, sends and parses a request in Rust, with the GIL released: a GET costs the client a fraction of
-the CPU botocore's does (``benchmarks/bench_object_storage.py``), which is what a remote scan of many tiles and
-the opening of a collection of many datasets pay for. Requests are obstore's blocking calls run on the store's
-I/O threads (:meth:`BaseStore.submit_read`): measured, as cheap a request as its coroutines on an event loop, and
-simpler. One obstore store (one connection pool) serves every dataset of a bucket with the same options, in each
-process; the :class:`ObstoreStore` pickles to its URL and options, as every store does.
+the CPU botocore's does (``benchmarks/bench_s3_clients.py``), which is what a remote scan of many tiles and
+the opening of a collection of many datasets pay for. Reads that may run many at once (:meth:`submit_read`,
+:meth:`submit_read_buffer`, :meth:`read_many`) are obstore's coroutines on one event loop thread of the process
+(``deltacells.storage._loop``): no Python thread per request, and the object's bytes handed over as obstore
+holds them (a tile is not copied). Single reads, writes, listings and HEADs are obstore's blocking calls. One
+obstore store (one connection pool) serves every dataset of a bucket with the same options, in each process;
+the :class:`ObstoreStore` pickles to its URL and options, as every store does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from deltacells._checks import check_integer
 from deltacells.errors import OutputExistsError
-from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, BaseStore
+from deltacells.storage._base import DEFAULT_IO_CONCURRENCY, BaseStore, ByteRequest, ReadBuffer
 from deltacells.storage._faults import RetryPolicy, is_transient, response_status, translate
 from deltacells.storage._fsspec import DEFAULT_TIMEOUTS, FsspecStore
+from deltacells.storage._loop import io_loop
 from deltacells.storage._objects import StoredObject, modified_of
 from deltacells.storage._obstore_options import ObstoreSettings, obstore_settings, split_url
 
@@ -99,6 +103,29 @@ def _botocore_credentials(profile: str) -> _BotocoreCredentials | None:
     if session.get_credentials() is None:
         return None  # nothing found: obstore's own chain (environment, instance metadata) decides
     return _BotocoreCredentials(session)
+
+
+#: How one GET asks for ``[start, end)`` (:func:`_plan`): the whole object, a bounded range, an offset or a
+#: suffix (obstore's range options), or None: the size is needed first (a HEAD).
+_Plan = tuple[str, Any] | None
+
+
+#: The bytes a read of a whole object asks for first (``_get_whole_async``): manifests, gene tables, obs schemas.
+_FIRST_BYTES = 1 << 20
+
+
+def _plan(start: int | None, end: int | None) -> _Plan:
+    """How to read ``[start, end)`` of an object with one GET, or None when its size must be asked first."""
+    if start is None and end is None:
+        return ("whole", None)
+    if (end is not None and end < 0) or (start is not None and start < 0 and end is not None):
+        return None
+    if end is None:
+        assert start is not None
+        return ("options", {"range": {"offset": start} if start >= 0 else {"suffix": -start}})
+    if (start or 0) >= end:
+        return None  # empty: only whether the object exists
+    return ("range", (start or 0, end))
 
 
 def _is_range_refused(exc: BaseException) -> bool:
@@ -203,21 +230,16 @@ class ObstoreStore(BaseStore):
     def _read(self, path: str, start: int | None, end: int | None) -> bytes:
         import obstore
 
-        key = self._key(path)
-        if start is None and end is None:
-            return bytes(obstore.get(self.store, key).bytes())
-        if (end is not None and end < 0) or (start is not None and start < 0 and end is not None):
+        key, plan = self._key(path), _plan(start, end)
+        if plan is None:
             return self._read_sized(key, start, end)
-        options: dict[str, Any]
-        if end is None:
-            assert start is not None
-            options = {"range": {"offset": start} if start >= 0 else {"suffix": -start}}
-        elif (start or 0) >= end:
-            return self._read_sized(key, start, end)  # empty: only whether the object exists
-        else:
-            options = {"range": (start or 0, end)}
+        kind, arguments = plan
+        if kind == "whole":
+            return bytes(obstore.get(self.store, key).bytes())
         try:
-            return bytes(obstore.get(self.store, key, options=options).bytes())  # type: ignore[arg-type]
+            if kind == "range":
+                return bytes(obstore.get_range(self.store, key, start=arguments[0], end=arguments[1]))
+            return bytes(obstore.get(self.store, key, options=arguments).bytes())
         except Exception as exc:
             if not _is_range_refused(exc):
                 raise
@@ -231,6 +253,132 @@ class ObstoreStore(BaseStore):
         if stop <= first:
             return b""
         return bytes(obstore.get_range(self.store, key, start=first, end=stop))
+
+    # ------------------------------------------------------------------------ reads on the event loop
+
+    @property
+    def reads_asynchronously(self) -> bool:
+        """True: reads started with :meth:`submit_read` are coroutines of the I/O event loop."""
+        return True
+
+    def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
+        """Start a read (a coroutine on the process's I/O event loop); at most ``io_concurrency`` in flight."""
+        return self._submit(self._read_bytes(path, start, end))
+
+    def submit_read_buffer(self, path: str, start: int | None = None, end: int | None = None) -> Future[ReadBuffer]:
+        """Start a read whose result is a read-only view of obstore's buffer: the object is not copied."""
+        return self._submit(self._read_view(path, start, end))
+
+    def read_many(self, requests: Iterable[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
+        """Many objects or ranges at once, in request order: one coroutine on the I/O event loop for them all.
+
+        At most ``max_workers`` (default, and at most, :attr:`io_concurrency`) in flight; after a failure no new
+        request starts, and the first failure in request order is raised.
+        """
+        wanted = list(requests)
+        if len(wanted) <= 1:
+            return [self.read(path, start, end) for path, start, end in wanted]
+        window = max(1, min(max_workers or self.io_concurrency, self.io_concurrency))
+        future = self._submit(self._read_all(wanted, window))
+        try:
+            return future.result()
+        finally:
+            future.cancel()  # the caller gave up (an interrupt): nothing goes on running for it
+
+    def _submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, io_loop())
+
+    def _limit(self) -> asyncio.Semaphore:
+        """The bound on this store's requests in flight (``io_concurrency``), made on the loop in each process."""
+        found = self.__dict__.get("_limits")
+        if found is None or found[0] != os.getpid():
+            found = (os.getpid(), asyncio.Semaphore(self.io_concurrency))
+            self.__dict__["_limits"] = found
+        limit: asyncio.Semaphore = found[1]
+        return limit
+
+    async def _read_bytes(self, path: str, start: int | None, end: int | None) -> bytes:
+        return bytes(await self._read_async(path, start, end))
+
+    async def _read_view(self, path: str, start: int | None, end: int | None) -> ReadBuffer:
+        got = await self._read_async(path, start, end)
+        return got if isinstance(got, bytes) else memoryview(got)
+
+    async def _read_all(self, requests: list[ByteRequest], window: int) -> list[bytes]:
+        started = asyncio.Semaphore(window)
+        failed = False
+
+        async def one(path: str, start: int | None, end: int | None) -> bytes | None:
+            nonlocal failed
+            async with started:
+                if failed:
+                    return None
+                try:
+                    return bytes(await self._read_async(path, start, end))
+                except BaseException:
+                    failed = True
+                    raise
+
+        got = await asyncio.gather(*(one(*request) for request in requests), return_exceptions=True)
+        for result in got:
+            if isinstance(result, BaseException):
+                raise result
+        return cast("list[bytes]", got)
+
+    async def _read_async(self, path: str, start: int | None, end: int | None) -> Any:
+        """``[start, end)`` of ``path`` as obstore's bytes, with the retries of ``retry``; errors translated."""
+        policy = self.retry
+        number = 1
+        async with self._limit():
+            while True:
+                try:
+                    return await self._get_async(self._key(path), start, end)
+                except Exception as exc:
+                    if number >= policy.attempts or not is_transient(exc):
+                        raise translate(exc, self._where(path), attempts=number, timeout=policy.timeout) from exc
+                await asyncio.sleep(policy.delay(number))
+                number += 1
+
+    async def _get_whole_async(self, key: str) -> Any:
+        """Object ``key`` whole, as a range of its first :data:`_FIRST_BYTES` when it is no longer.
+
+        One await, where a plain GET takes two (the response, then its body): a manifest or a gene table costs
+        the client less. A longer object is read again with a plain GET (never joined from two reads, which a
+        rewrite in between could tear), and so is an empty one, whose range the server refuses.
+        """
+        import obstore
+
+        try:
+            head = await obstore.get_range_async(self.store, key, start=0, end=_FIRST_BYTES)
+        except Exception as exc:
+            if not _is_range_refused(exc):
+                raise
+        else:
+            if len(head) < _FIRST_BYTES:
+                return head
+        return await (await obstore.get_async(self.store, key)).bytes_async()
+
+    async def _get_async(self, key: str, start: int | None, end: int | None) -> Any:
+        """One GET of ``key`` as :meth:`_read` makes it (a HEAD first where the size is needed)."""
+        import obstore
+
+        plan = _plan(start, end)
+        if plan is not None:
+            kind, arguments = plan
+            if kind == "whole":
+                return await self._get_whole_async(key)
+            try:
+                if kind == "range":
+                    return await obstore.get_range_async(self.store, key, start=arguments[0], end=arguments[1])
+                return await (await obstore.get_async(self.store, key, options=arguments)).bytes_async()
+            except Exception as exc:
+                if not _is_range_refused(exc):
+                    raise
+        meta = await obstore.head_async(self.store, key)
+        first, stop, _ = slice(start, end).indices(int(meta["size"]))
+        if stop <= first:
+            return b""
+        return await obstore.get_range_async(self.store, key, start=first, end=stop)
 
     def size(self, path: str) -> int:
         """Size in bytes of object ``path`` (a HEAD).

@@ -42,6 +42,7 @@ from deltacells.tiles._ranged import RANGED_MAX_SHARE, HeaderCounts, ranged_read
 
 if TYPE_CHECKING:
     from deltacells.codec import CheckedTile
+    from deltacells.storage import ReadBuffer
     from deltacells.tiles._reader import TileReader
 
 __all__ = ["read_rows_by_chunk"]
@@ -67,7 +68,7 @@ def read_rows_by_chunk(
     sort: bool = True,
     cuts: np.ndarray | None = None,
     threads: int | None = None,
-    fetched: Callable[[int], Future[bytes] | None] | None = None,
+    fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
     n_columns: int | None = None,
 ) -> tuple[list[sparse.csr_matrix], bool]:
     """Cells ``rows``, in that order, as CSR matrices: each chunk holding one decoded once, past the tile cache.
@@ -243,7 +244,7 @@ def _checked_tiles(
     wanted: list[np.ndarray],
     *,
     parallel: bool,
-    fetched: Callable[[int], Future[bytes] | None] | None = None,
+    fetched: Callable[[int], Future[ReadBuffer] | None] | None = None,
 ) -> list[_Chunks]:
     """Each tile read and checked, with the chunks holding its wanted cells.
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from deltacells.codec import CheckedTile
+    from deltacells.storage import ReadBuffer
     from deltacells.tiles._reader import TileReader
 
 __all__ = ["DIRECT_DTYPES", "read_tiles_into", "tile_groups"]
@@ -355,7 +356,7 @@ class _Fetches:
         self.remote = not reader.store.is_local
         self.local = not self.remote  # tasks then read the tiles of their groups themselves
         self.ahead = max(2, reader.store.io_concurrency if self.remote else 0)
-        self.futures: dict[int, Future[bytes]] = {}
+        self.futures: dict[int, Future[ReadBuffer]] = {}
         self.free: list[bytearray] = []  # buffers of local tiles decoded, for the next ones
         self.next = 0
         self.bytes = 0

@@ -55,7 +55,7 @@ from deltacells.tiles._ranged import (
 if TYPE_CHECKING:
     from deltacells.codec import DecodedTile, TilePrefix
     from deltacells.format import Checker, Manifest, ManifestFields
-    from deltacells.storage import BaseStore
+    from deltacells.storage import BaseStore, ReadBuffer
 
 __all__ = ["DEFAULT_PREFETCH_BYTES", "DEFAULT_TILE_CACHE_BYTES", "TileReader"]
 
@@ -163,7 +163,7 @@ class TileReader:
         tile: int,
         *,
         threads: int | None = None,
-        fetched: Future[bytes] | None = None,
+        fetched: Future[ReadBuffer] | None = None,
         cells: np.ndarray | None = None,
     ) -> DecodedTile:
         """Tile ``tile``, decoded (read-only arrays shared with the cache and other readers).
@@ -464,20 +464,20 @@ class TileReader:
             self._chunks += int(got.chunks.shape[0])
             return self._store(tile, decoded, got.held)
 
-    def _submit_fetch(self, tile: int) -> Future[bytes]:
+    def _submit_fetch(self, tile: int) -> Future[ReadBuffer]:
         """Start fetching tile ``tile`` whole: one request, its size taken from the manifest (no HEAD first).
 
         One byte more than the manifest's size is asked for, so that a longer object shows (as a size that
         disagrees with ``tile_bytes``) without a second request.
         """
-        return self.store.submit_read(tile_path(tile), 0, int(self.manifest.tile_bytes[tile]) + 1)
+        return self.store.submit_read_buffer(tile_path(tile), 0, int(self.manifest.tile_bytes[tile]) + 1)
 
     def _fetch_and_decode(
         self,
         tile: int,
         *,
         threads: int | None,
-        fetched: Future[bytes] | None = None,
+        fetched: Future[ReadBuffer] | None = None,
         cells: np.ndarray | None = None,
         base: DecodedTile | None = None,
     ) -> tuple[DecodedTile, int]:
@@ -487,6 +487,7 @@ class TileReader:
         otherwise only the chunks holding ``cells`` (every chunk when None) that ``base`` lacks are, and
         ``base``'s are merged in.
         """
+        blob: ReadBuffer
         try:
             if fetched is None:
                 blob = self.store.read(tile_path(tile), 0, int(self.manifest.tile_bytes[tile]) + 1)
