@@ -8,6 +8,12 @@ the opening of a collection of many datasets pay for. Reads that may run many at
 holds them (a tile is not copied). Single reads, writes, listings and HEADs are obstore's blocking calls. One
 obstore store (one connection pool) serves every dataset of a bucket with the same options, in each process;
 the :class:`ObstoreStore` pickles to its URL and options, as every store does.
+
+obstore is not fork-safe: its Rust runtime's threads are not in a forked child, and the child's first request
+waits for them forever (a torch ``DataLoader``'s workers, a ``multiprocessing`` pool started by fork). So in a
+child forked from a process that used obstore, an :class:`ObstoreStore` passes every call to an
+:class:`FsspecStore` of the same URL and options (s3fs, gcsfs or adlfs: fsspec makes its event loop anew after a
+fork); a spawned process (a fresh interpreter) uses obstore again.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -40,9 +47,35 @@ T = TypeVar("T")
 _STORES: dict[tuple[int, str], Any] = {}
 _STORES_LOCK = threading.Lock()
 
+#: The process that made the first obstore store (its runtime may have started there), or None.
+_USED_BY: int | None = None
+
+
+def obstore_unusable() -> bool:
+    """Whether this process was forked from one that used obstore (whose runtime does not work here)."""
+    return _USED_BY is not None and os.getpid() != _USED_BY
+
+
+def _fsspec_after_fork(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` of :class:`ObstoreStore`, or the same method of its fsspec store in a forked child."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def chosen(self: ObstoreStore, *args: Any, **kwargs: Any) -> T:
+        fallback = self._forked_fallback()
+        if fallback is not None:
+            result: T = getattr(fallback, name)(*args, **kwargs)
+            return result
+        return method(self, *args, **kwargs)
+
+    return chosen
+
 
 def _obstore_store(settings: ObstoreSettings) -> Any:
     """Obstore's store for ``settings``, made once per process (its pool and credentials are shared)."""
+    global _USED_BY
+    if _USED_BY is None:
+        _USED_BY = os.getpid()
     key = (os.getpid(), repr((settings.kind, sorted(settings.config.items()), sorted(settings.client.items()))))
     with _STORES_LOCK:
         found = _STORES.get(key)
@@ -196,6 +229,18 @@ class ObstoreStore(BaseStore):
             self._pid = os.getpid()
         return self._store
 
+    def _forked_fallback(self) -> FsspecStore | None:
+        """The fsspec store that serves this one in a child forked after obstore was used (else None)."""
+        if not obstore_unusable():
+            return None
+        found = self.__dict__.get("_fallback")
+        if found is None or found[0] != os.getpid():
+            options = (self.url, self.storage_options)
+            found = (os.getpid(), FsspecStore(*options, io_concurrency=self._io_concurrency, retry=self.retry))
+            self.__dict__["_fallback"] = found
+        fallback: FsspecStore = found[1]
+        return fallback
+
     def _key(self, path: str) -> str:
         """The object key of ``path`` in the bucket."""
         path = path.strip("/")
@@ -218,6 +263,7 @@ class ObstoreStore(BaseStore):
 
     # -------------------------------------------------------------------------------------- reads
 
+    @_fsspec_after_fork
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
         """The bytes ``[start, end)`` of object ``path`` (see :meth:`~deltacells.storage.BaseStore.read`).
 
@@ -258,17 +304,21 @@ class ObstoreStore(BaseStore):
 
     @property
     def reads_asynchronously(self) -> bool:
-        """True: reads started with :meth:`submit_read` are coroutines of the I/O event loop."""
-        return True
+        """True: reads started with :meth:`submit_read` are coroutines of an event loop (fsspec's after a fork)."""
+        fallback = self._forked_fallback()
+        return True if fallback is None else fallback.reads_asynchronously
 
+    @_fsspec_after_fork
     def submit_read(self, path: str, start: int | None = None, end: int | None = None) -> Future[bytes]:
         """Start a read (a coroutine on the process's I/O event loop); at most ``io_concurrency`` in flight."""
         return self._submit(self._read_bytes(path, start, end))
 
+    @_fsspec_after_fork
     def submit_read_buffer(self, path: str, start: int | None = None, end: int | None = None) -> Future[ReadBuffer]:
         """Start a read whose result is a read-only view of obstore's buffer: the object is not copied."""
         return self._submit(self._read_view(path, start, end))
 
+    @_fsspec_after_fork
     def read_many(self, requests: Iterable[ByteRequest], *, max_workers: int | None = None) -> list[bytes]:
         """Many objects or ranges at once, in request order: one coroutine on the I/O event loop for them all.
 
@@ -380,6 +430,7 @@ class ObstoreStore(BaseStore):
             return b""
         return await obstore.get_range_async(self.store, key, start=first, end=stop)
 
+    @_fsspec_after_fork
     def size(self, path: str) -> int:
         """Size in bytes of object ``path`` (a HEAD).
 
@@ -392,6 +443,7 @@ class ObstoreStore(BaseStore):
 
         return self._retrying(path, lambda: int(obstore.head(self.store, self._key(path))["size"]))
 
+    @_fsspec_after_fork
     def exists(self, path: str) -> bool:
         """Whether ``path`` is an object (a HEAD) or a prefix with objects under it (a LIST)."""
         import obstore
@@ -405,6 +457,7 @@ class ObstoreStore(BaseStore):
                 return True
         return bool(self.list(path))
 
+    @_fsspec_after_fork
     def list(self, prefix: str = "") -> list[str]:
         """Sorted names (relative to ``prefix``) of the entries directly under ``prefix``; empty if absent."""
         import obstore
@@ -427,6 +480,7 @@ class ObstoreStore(BaseStore):
 
         return [name for name in self._retrying(path, collect) if name != key]
 
+    @_fsspec_after_fork
     def objects_under(self, prefix: str = "") -> builtins.list[StoredObject]:
         """Every object at or under ``prefix`` with its size and modification time: one paged LIST."""
         import obstore
@@ -450,16 +504,19 @@ class ObstoreStore(BaseStore):
 
     # ------------------------------------------------------------------------------------- writes
 
+    @_fsspec_after_fork
     def write(self, path: str, data: bytes) -> None:
         """Write object ``path`` whole: one PUT (obstore's multipart upload above 5 MiB), atomic either way."""
         import obstore
 
         self._retrying(path, lambda: obstore.put(self.store, self._key(path), data))
 
+    @_fsspec_after_fork
     def submit_write(self, path: str, data: bytes) -> Future[None]:
         """Start a write on the store's I/O threads."""
         return self._io_pool().submit(self.write, path, data)
 
+    @_fsspec_after_fork
     def delete(self, path: str) -> None:
         """Remove object ``path`` and everything under prefix ``path``; nothing happens when absent."""
         import obstore
@@ -476,6 +533,7 @@ class ObstoreStore(BaseStore):
 
         self._retrying(path, remove)
 
+    @_fsspec_after_fork
     def replace(self, src: str, dst: str) -> None:
         """Move object ``src`` to ``dst``, replacing it: a copy on the server, then a delete.
 
@@ -489,6 +547,7 @@ class ObstoreStore(BaseStore):
         self._retrying(src, lambda: obstore.copy(self.store, self._key(src), self._key(dst)))
         self._retrying(src, lambda: obstore.delete(self.store, self._key(src)))
 
+    @_fsspec_after_fork
     def move(self, src: str, dst: str) -> None:
         """Rename object or prefix ``src`` to ``dst`` (see :meth:`BaseStore.move`): copies on the server, deletes.
 
@@ -516,9 +575,14 @@ class ObstoreStore(BaseStore):
 
     @property
     def atomic_conditional_writes(self) -> bool:
-        """Always true here, the server decides a PUT with ``If-Match`` or ``If-None-Match`` (GCS, its generation)."""
-        return True
+        """True here, the server decides a PUT with ``If-Match`` or ``If-None-Match`` (GCS, its generation).
 
+        In a child forked after obstore was used, what its fsspec store says.
+        """
+        fallback = self._forked_fallback()
+        return True if fallback is None else fallback.atomic_conditional_writes
+
+    @_fsspec_after_fork
     def read_versioned(self, path: str) -> tuple[bytes, str]:
         """Object ``path`` and its version tag (its ETag, and its version where the store has one), in one GET.
 
@@ -535,6 +599,7 @@ class ObstoreStore(BaseStore):
 
         return self._retrying(path, get)
 
+    @_fsspec_after_fork
     def version_tag(self, path: str) -> str | None:
         """The version tag of object ``path`` (from a HEAD), or None if it does not exist."""
         import obstore
@@ -545,6 +610,7 @@ class ObstoreStore(BaseStore):
             return None
         return _tag(meta)
 
+    @_fsspec_after_fork
     def write_if(self, path: str, data: bytes, *, version: str | None) -> str:
         """Write ``path`` only if it is still at ``version`` (``None``: only if absent), atomically on the server.
 
