@@ -28,7 +28,7 @@ is freed, to give it to the next array of about its size: reads after the first 
 mapped, which costs no fault at all (a full read of those 100,000 cells, one core: 370 ms of CPU time before,
 205 after). A new mapping's pages are mapped in bulk, ``madvise(MADV_POPULATE_WRITE)`` on the decoding threads
 (:func:`populate`), ahead of the decoding. A released mapping is kept as it is for :data:`HOT_SECONDS`, then
-advised ``MADV_FREE`` (by a timer thread, if no array took it meanwhile): the kernel may then take its pages
+advised ``MADV_FREE`` (by a thread of its own, if no array took it meanwhile): the kernel may then take its pages
 back whenever it needs memory (it hands out zeroed pages again, faulting as new), so the memory kept for long
 is never memory the system lacks. Not at once: ``MADV_FREE`` marks every page clean and old, and the first
 write of each page after it costs the processor a page walk to mark it again (300 MB written by the decoding
@@ -143,14 +143,9 @@ def released_bytes() -> int:
 
 def drop_released() -> None:
     """Unmap every released mapping kept for reuse (the next large arrays map anew)."""
-    global _timer
     with _lock:
         dropped = list(_released)
         _released.clear()
-    with _timer_lock:  # nothing is left to advise
-        if _timer is not None:
-            _timer.cancel()
-        _timer = None
     for block in dropped:
         block.close()
 
@@ -266,6 +261,8 @@ def _take(nbytes: int) -> _Block:
                 stale.append(oldest)
     for block in stale:
         block.close()
+    if REUSE:
+        _start_advising()
     if chosen is not None:
         return chosen
     size = -(-nbytes // _PAGE) * _PAGE
@@ -277,7 +274,13 @@ def _take(nbytes: int) -> _Block:
 
 
 def _release(block: _Block) -> None:
-    """Keep a mapping no array uses any more for the next arrays (its pages given back lazily later), or unmap it."""
+    """Keep a mapping no array uses any more for the next arrays (its pages given back lazily later), or unmap it.
+
+    Called by ``_Lease.__del__``: whenever the garbage collector runs, on any thread, and at interpreter exit. So
+    it takes no lock and starts no thread (at exit a new thread never starts, and its ``start`` waits forever):
+    the mapping is appended to :data:`_released` (a list's append is atomic), which the advising thread, started
+    by :func:`_take`, looks at.
+    """
     if not REUSE or block.size > MAX_RELEASED_BYTES:
         block.close()
         return
@@ -285,44 +288,41 @@ def _release(block: _Block) -> None:
     block.populated = True  # (unless the kernel takes pages back once advised: those fault again, as new ones)
     block.advised = False
     _released.append(block)
-    _schedule_advice()
 
 
-def _schedule_advice() -> None:
-    """Start the timer that advises ``MADV_FREE`` on mappings released :data:`HOT_SECONDS` ago, unless it runs."""
-    global _timer
-    with _timer_lock:
-        if _timer is not None:
-            return
-        timer = threading.Timer(HOT_SECONDS, _advise_released)
-        timer.daemon = True
-        timer.name = "deltacells-memory"
-        try:
-            timer.start()
-        except RuntimeError:  # at interpreter shutdown: nothing is kept for long then
-            return
-        _timer = timer
+def _start_advising() -> None:
+    """Start the thread that advises ``MADV_FREE`` on mappings released :data:`HOT_SECONDS` ago, unless it runs.
+
+    Called when a mapping is taken (never from a finalizer); a daemon thread, once per process (a forked child
+    starts its own).
+    """
+    global _advisor
+    if _advisor is not None and _advisor.is_alive():
+        return
+    with _advisor_lock:
+        if _advisor is None or not _advisor.is_alive():
+            thread = threading.Thread(target=_advise_forever, name="deltacells-memory", daemon=True)
+            thread.start()
+            _advisor = thread
+
+
+def _advise_forever() -> None:
+    """The advising thread: every half of :data:`HOT_SECONDS`, advise the mappings released that long ago."""
+    while True:
+        time.sleep(HOT_SECONDS / 2)
+        _advise_released()
 
 
 def _advise_released() -> None:
-    """Advise ``MADV_FREE`` on the mappings released at least :data:`HOT_SECONDS` ago; again later for the others."""
-    global _timer
+    """Advise ``MADV_FREE`` on the mappings released at least :data:`HOT_SECONDS` ago (once each)."""
     now = time.monotonic()
     with _lock:
-        waiting = False
-        for block in _released:
-            if block.advised:
-                continue
-            if now - block.released_at < HOT_SECONDS:
-                waiting = True
+        for block in _released:  # (appended to by finalizers meanwhile: a list's iterator takes those in too)
+            if block.advised or now - block.released_at < HOT_SECONDS:
                 continue
             with contextlib.suppress(OSError, ValueError):  # a kernel without MADV_FREE (before Linux 4.5)
                 block.mapping.madvise(mmap.MADV_FREE)  # the kernel may take the pages back; writes keep the others
             block.advised = True
-    with _timer_lock:
-        _timer = None
-    if waiting:
-        _schedule_advice()
 
 
 class _Lease:
@@ -345,15 +345,15 @@ class _Lease:
 
 _lock = threading.Lock()
 _released: list[_Block] = []  # oldest first
-_timer_lock = threading.RLock()  # re-entered when a lease freed by the allocations under it releases its mapping
-_timer: threading.Timer | None = None  # advises MADV_FREE on mappings released HOT_SECONDS ago
+_advisor_lock = threading.Lock()
+_advisor: threading.Thread | None = None  # advises MADV_FREE on mappings released HOT_SECONDS ago
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _timer_lock, _timer
+    global _lock, _advisor_lock, _advisor
     _lock = threading.Lock()
-    _timer_lock = threading.RLock()
-    _timer = None  # (the parent's timer thread is not the child's)
+    _advisor_lock = threading.Lock()
+    _advisor = None  # (the parent's thread is not the child's)
     _released.clear()  # the parent's (copy-on-write here: writing them would copy every page)
 
 
