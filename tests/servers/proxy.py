@@ -22,7 +22,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from tests.servers._lifecycle import AiohttpServer
 from yarl import URL
 
-__all__ = ["S3_ERROR_CODES", "Fault", "Record", "RecordingProxy", "s3_error_body"]
+__all__ = ["S3_ERROR_CODES", "Fault", "Record", "RecordingProxy", "RequestLog", "s3_error_body"]
 
 #: Hop-by-hop headers (RFC 9110 section 7.6.1) and headers the proxy recomputes itself; never forwarded.
 _HOP_BY_HOP = frozenset(
@@ -173,7 +173,46 @@ class Fault:
         return (self.method is None or self.method == method) and self.path_contains in path
 
 
-class RecordingProxy(AiohttpServer):
+class RequestLog:
+    """The log of the requests a test server received: filtered copies of its records, and their count.
+
+    A server using it sets ``_lock`` (a :class:`threading.Lock`) and ``_log`` (a list of :class:`Record`, in order
+    of arrival) in its ``__init__``.
+    """
+
+    _lock: threading.Lock
+    _log: list[Record]
+
+    def requests(self, method: str | None = None, path_contains: str | None = None) -> list[Record]:
+        """The requests received so far, in order of arrival.
+
+        Parameters
+        ----------
+        method
+            Only requests with this HTTP method (case-insensitive).
+        path_contains
+            Only requests whose decoded path contains this string.
+
+        Returns
+        -------
+        list of Record
+            Copies of the log entries, unaffected by later requests.
+        """
+        method = method.upper() if method is not None else None
+        with self._lock:
+            return [
+                dataclasses.replace(record)
+                for record in self._log
+                if (method is None or record.method == method)
+                and (path_contains is None or path_contains in record.path)
+            ]
+
+    def count(self, method: str | None = None, path_contains: str | None = None) -> int:
+        """The number of requests received so far, filtered as in :meth:`requests`."""
+        return len(self.requests(method, path_contains))
+
+
+class RecordingProxy(RequestLog, AiohttpServer):
     """An HTTP reverse proxy on 127.0.0.1 in front of ``upstream``, with a request log and fault injection.
 
     Every request (any method, path, query, headers but ``Host`` and hop-by-hop ones, body) is forwarded to
@@ -267,34 +306,6 @@ class RecordingProxy(AiohttpServer):
         return f"RecordingProxy({self.upstream!r} at {where}, latency={self.latency}, requests={len(self._log)})"
 
     # ------------------------------------------------------------------------------ the log
-
-    def requests(self, method: str | None = None, path_contains: str | None = None) -> list[Record]:
-        """The requests received so far, in order of arrival.
-
-        Parameters
-        ----------
-        method
-            Only requests with this HTTP method (case-insensitive).
-        path_contains
-            Only requests whose decoded path contains this string.
-
-        Returns
-        -------
-        list of Record
-            Copies of the log entries, unaffected by later requests.
-        """
-        method = method.upper() if method is not None else None
-        with self._lock:
-            return [
-                dataclasses.replace(record)
-                for record in self._log
-                if (method is None or record.method == method)
-                and (path_contains is None or path_contains in record.path)
-            ]
-
-    def count(self, method: str | None = None, path_contains: str | None = None) -> int:
-        """The number of requests received so far, filtered as in :meth:`requests`."""
-        return len(self.requests(method, path_contains))
 
     def bytes_sent(self, method: str | None = None, path_contains: str | None = None) -> int:
         """The response body bytes sent to clients so far, filtered as in :meth:`requests`."""

@@ -20,7 +20,6 @@ so a benchmark reads the same counts from either. It binds 127.0.0.1 only and ch
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import stat
 import threading
@@ -31,7 +30,7 @@ from xml.sax.saxutils import escape
 
 from aiohttp import web
 from tests.servers._lifecycle import AiohttpServer
-from tests.servers.proxy import Record, s3_error_body
+from tests.servers.proxy import Record, RequestLog, s3_error_body
 
 __all__ = ["MirrorS3Server"]
 
@@ -39,7 +38,7 @@ __all__ = ["MirrorS3Server"]
 _PAGE = 1000
 
 
-class MirrorS3Server(AiohttpServer):
+class MirrorS3Server(RequestLog, AiohttpServer):
     """Serve directories as S3 buckets, read-only, adding ``latency`` seconds to every request.
 
     Parameters
@@ -83,21 +82,6 @@ class MirrorS3Server(AiohttpServer):
         return f"MirrorS3Server({sorted(self.buckets)} at {self._url or 'stopped'}, latency={self.latency})"
 
     # ------------------------------------------------------------------------------ the log
-
-    def requests(self, method: str | None = None, path_contains: str | None = None) -> list[Record]:
-        """The requests received so far, in order of arrival (as :meth:`RecordingProxy.requests`)."""
-        method = method.upper() if method is not None else None
-        with self._lock:
-            return [
-                dataclasses.replace(record)
-                for record in self._log
-                if (method is None or record.method == method)
-                and (path_contains is None or path_contains in record.path)
-            ]
-
-    def count(self, method: str | None = None, path_contains: str | None = None) -> int:
-        """The number of requests received so far, filtered as in :meth:`requests`."""
-        return len(self.requests(method, path_contains))
 
     @property
     def max_in_flight(self) -> int:

@@ -81,17 +81,10 @@ def string_values(table: pa.Table, name: str | None) -> np.ndarray | None:
     What ``var_frame(table)`` gives for that column or index, without building the frame (a collection reads
     only the genes' names of each of its datasets); None unless it is one string column without nulls.
     """
-    metadata = _pandas_metadata(table.schema)
-    stored_index = [c for c in (metadata or {}).get("index_columns", []) if isinstance(c, str)]
-    if name is None:
-        if len(stored_index) != 1:
-            return None
-        (name,) = stored_index
-    elif name in stored_index:
+    columns = string_column_of(table.schema, name)
+    if columns is None or not _is_string(table.schema.field(columns[0]).type):
         return None
-    if table.column_names.count(name) != 1 or not _is_string(table.schema.field(name).type):
-        return None
-    column = table.column(name)
+    column = table.column(columns[0])
     return None if column.null_count else _strings(column)
 
 
