@@ -148,7 +148,7 @@ class BaseStore(abc.ABC):
         return self._io_pool().submit(self.read, path, start, end)
 
     def submit_read_buffer(self, path: str, start: int | None = None, end: int | None = None) -> Future[ReadBuffer]:
-        """:meth:`submit_read` for a caller that only reads the result through the buffer protocol (a decoder).
+        """``submit_read`` for a caller that reads the result only through the buffer protocol (a decoder).
 
         The result may be a read-only ``memoryview`` of the client's own buffer rather than ``bytes``: no copy of
         the object is made (obstore's). The default is :meth:`submit_read`.
@@ -168,7 +168,7 @@ class BaseStore(abc.ABC):
         return self._io_pool().submit(self.write, path, data)
 
     def write_many(self, objects: Mapping[str, bytes]) -> None:
-        """Write every object of ``objects`` (``{path: bytes}``) as :meth:`write` does; return once all are stored.
+        """Write every object of ``objects`` (``{path: bytes}``) as ``write`` does; return once all are stored.
 
         The default starts them all at once (:meth:`submit_write`: concurrent requests); a local disk writes
         them one after the other instead, each directory made once (see ``FsspecStore``).

@@ -36,7 +36,7 @@ class StoreFile(io.RawIOBase):
     ----------
     store
         The store holding the object: a :class:`~deltacells.storage.BaseStore`, or anything with its ``read`` and
-        ``size`` (:class:`RangeReader`).
+        ``size`` (:class:`~deltacells.storage.RangeReader`).
     path
         The object, relative to the store's root.
     size

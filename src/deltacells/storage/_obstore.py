@@ -304,7 +304,7 @@ class ObstoreStore(BaseStore):
 
     @property
     def reads_asynchronously(self) -> bool:
-        """True: reads started with :meth:`submit_read` are coroutines of an event loop (fsspec's after a fork)."""
+        """Reads started with :meth:`submit_read` are coroutines of an event loop here (fsspec's after a fork)."""
         fallback = self._forked_fallback()
         return True if fallback is None else fallback.reads_asynchronously
 
