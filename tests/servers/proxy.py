@@ -174,14 +174,17 @@ class Fault:
 
 
 class RequestLog:
-    """The log of the requests a test server received: filtered copies of its records, and their count.
+    """The requests a test server received: filtered copies of their records, their count, how many ran at once.
 
-    A server using it sets ``_lock`` (a :class:`threading.Lock`) and ``_log`` (a list of :class:`Record`, in order
-    of arrival) in its ``__init__``.
+    A server using it sets ``_lock`` (a :class:`threading.Lock`), ``_log`` (a list of :class:`Record`, in order
+    of arrival), ``_in_flight`` and ``_max_in_flight`` (both 0) in its ``__init__``, and counts each request in and
+    out of ``_in_flight`` (raising ``_max_in_flight``) under the lock.
     """
 
     _lock: threading.Lock
     _log: list[Record]
+    _in_flight: int
+    _max_in_flight: int
 
     def requests(self, method: str | None = None, path_contains: str | None = None) -> list[Record]:
         """The requests received so far, in order of arrival.
@@ -210,6 +213,24 @@ class RequestLog:
     def count(self, method: str | None = None, path_contains: str | None = None) -> int:
         """The number of requests received so far, filtered as in :meth:`requests`."""
         return len(self.requests(method, path_contains))
+
+    @property
+    def in_flight(self) -> int:
+        """The number of requests being handled right now."""
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def max_in_flight(self) -> int:
+        """The largest number of requests handled at the same time since the start or the last :meth:`reset`."""
+        with self._lock:
+            return self._max_in_flight
+
+    def reset(self) -> None:
+        """Clear the log and set :attr:`max_in_flight` to the number of requests in flight now."""
+        with self._lock:
+            self._log.clear()
+            self._max_in_flight = self._in_flight
 
 
 class RecordingProxy(RequestLog, AiohttpServer):
@@ -310,24 +331,6 @@ class RecordingProxy(RequestLog, AiohttpServer):
     def bytes_sent(self, method: str | None = None, path_contains: str | None = None) -> int:
         """The response body bytes sent to clients so far, filtered as in :meth:`requests`."""
         return sum(record.bytes for record in self.requests(method, path_contains))
-
-    @property
-    def in_flight(self) -> int:
-        """The number of requests being handled right now."""
-        with self._lock:
-            return self._in_flight
-
-    @property
-    def max_in_flight(self) -> int:
-        """The largest number of requests handled at the same time since the start or the last :meth:`reset`."""
-        with self._lock:
-            return self._max_in_flight
-
-    def reset(self) -> None:
-        """Clear the log and set :attr:`max_in_flight` to the number of requests in flight now."""
-        with self._lock:
-            self._log.clear()
-            self._max_in_flight = self._in_flight
 
     # ------------------------------------------------------------------------------ faults
 

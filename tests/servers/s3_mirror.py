@@ -81,20 +81,6 @@ class MirrorS3Server(RequestLog, AiohttpServer):
     def __repr__(self) -> str:
         return f"MirrorS3Server({sorted(self.buckets)} at {self._url or 'stopped'}, latency={self.latency})"
 
-    # ------------------------------------------------------------------------------ the log
-
-    @property
-    def max_in_flight(self) -> int:
-        """The most requests handled at the same time since the start or the last :meth:`reset`."""
-        with self._lock:
-            return self._max_in_flight
-
-    def reset(self) -> None:
-        """Clear the log and set :attr:`max_in_flight` to the number of requests in flight now."""
-        with self._lock:
-            self._log.clear()
-            self._max_in_flight = self._in_flight
-
     # ------------------------------------------------------------------------------ the handler
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
